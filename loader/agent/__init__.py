@@ -1,0 +1,49 @@
+"""Agent core (SPEC §6, §7): phases, inbox, driver, turns, steps, tools, fold."""
+
+from loader.agent.agent import Agent, AgentOptions, Idle, Maintenance, PreStep, Running
+from loader.agent.fold import (
+    MISSING,
+    STOP_REASONS,
+    FoldResult,
+    RunOutcome,
+    StopReason,
+    epoch_stop_reason,
+    final_output,
+    fold_consumed_work,
+    one_shot_stop_reason,
+    run_outcome,
+)
+from loader.agent.inbox import Inbox, Message, Target
+from loader.agent.messages import text_block, text_of, tool_result_message, user_message
+from loader.agent.registry import AgentRegistry
+from loader.agent.tooling import Tool, ToolExec, ToolOutput
+
+__all__ = [
+    "MISSING",
+    "STOP_REASONS",
+    "Agent",
+    "AgentOptions",
+    "AgentRegistry",
+    "FoldResult",
+    "Idle",
+    "Inbox",
+    "Maintenance",
+    "Message",
+    "PreStep",
+    "RunOutcome",
+    "Running",
+    "StopReason",
+    "Target",
+    "Tool",
+    "ToolExec",
+    "ToolOutput",
+    "epoch_stop_reason",
+    "final_output",
+    "fold_consumed_work",
+    "one_shot_stop_reason",
+    "run_outcome",
+    "text_block",
+    "text_of",
+    "tool_result_message",
+    "user_message",
+]

@@ -1,0 +1,279 @@
+"""The agent (SPEC §6): phases, sending, the latched wake, cancel, idle, maintenance and dispose.
+
+An agent owns one `Session` and one `Inbox`. Its driver task runs turns while the phase is
+`running`; the turn and step machinery lives in `loop.py`.
+
+Invariants:
+- every phase change goes through `_set_phase`, which emits `agent/status` only when the public
+  status (`idle` | `running`) changes;
+- `_activity` is the future of the current (or last) activity; it never fails, so `when_idle`
+  resolves even when a driver crashed;
+- a latch (`wake_requested`) is only ever set on a non-idle phase and is replayed exactly once, at
+  convergence, and only when input is still pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from loader.abort import AbortController, AbortSignal, CancelCause
+from loader.agent.inbox import Inbox, Message, Target
+from loader.agent.tooling import Tool
+from loader.emitter import Emitter, Waterfall
+from loader.errors import AgentBusy
+from loader.session import Session
+from loader.texts import TEXTS
+
+if TYPE_CHECKING:
+    from loader.agent.registry import AgentRegistry
+    from loader.models import ModelProvider
+    from loader.session import SessionStore
+
+__all__ = ["Agent", "AgentOptions", "Idle", "Maintenance", "PreStep", "Running"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    model: str = "replay"
+    system_prompt: str = TEXTS["T-SYSTEM-DEFAULT"]
+    max_parallel_tool_calls: int = 10
+    max_steps_per_turn: int = 100
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass
+class Idle:
+    last_turn: int
+
+
+@dataclass
+class Maintenance:
+    abort: AbortController
+    last_turn: int
+    wake_requested: bool = False
+
+
+@dataclass
+class Running:
+    abort: AbortController
+    turn: int
+    step: int = 0
+    wake_requested: bool = False
+
+
+Phase = Idle | Maintenance | Running
+
+
+@dataclass
+class PreStep:
+    """What a pre-step listener sees. A listener returns `"reject"` to block the step."""
+
+    agent: Agent
+    turn: int
+    step: int
+    claimed: list[Message]
+    signal: AbortSignal
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+PreStepHook = Callable[[PreStep], Awaitable[Literal["reject"] | None]]
+
+
+class Agent:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        store: SessionStore,
+        provider: ModelProvider,
+        tools: list[Tool] | None = None,
+        options: AgentOptions | None = None,
+        registry: AgentRegistry | None = None,
+    ) -> None:
+        self.id: str = session.id
+        self.session = session
+        self.header: dict[str, Any] = session.header
+        self.store = store
+        self.provider = provider
+        self.tools: list[Tool] = list(tools or [])
+        self.options = options or AgentOptions()
+        self.registry = registry
+        self.events = Emitter()
+        self.inbox = Inbox(session, self.events)
+        self.pre_step: Waterfall[PreStep] = Waterfall()
+        # Checkpoint first (§5.5): every proposed step is durable before fences or hooks see it.
+        self.pre_step.add(self._checkpoint, order=0)
+        self._phase: Phase = Idle(last_turn=_last_turn(session))
+        self._activity: asyncio.Future[None] | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._disposal: asyncio.Future[None] | None = None
+        self._cleanups: list[Callable[[], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id} {self.status}>"
+
+    # -- status ---------------------------------------------------------------------------
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def status(self) -> Literal["idle", "running"]:
+        return "running" if isinstance(self._phase, Running) else "idle"
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposal is not None
+
+    def _set_phase(self, phase: Phase) -> None:
+        before = self.status
+        self._phase = phase
+        after = self.status
+        if before != after:
+            self.events.emit("agent/status", {"agent": self.id, "status": after})
+
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        """Scoped listeners registered by others; removed at dispose."""
+        self._cleanups.append(fn)
+
+    # -- sending (§6.2) -------------------------------------------------------------------
+    def send(self, message: Message, target: Target, wake: bool) -> str:
+        # Decided before the insert, so a cancel fired by an insert listener cannot reclassify it.
+        phase = self._phase
+        waking_after_abort = wake and not isinstance(phase, Idle) and phase.abort.signal.aborted
+        resolved: Target = "next-turn" if waking_after_abort else target
+        self.inbox.append(resolved, message)  # a failing durable append propagates; nothing wakes
+        if wake:
+            self._wake_driver(after_abort=waking_after_abort)
+        return str(message["id"])
+
+    def followup(self, message: Message) -> str:
+        return self.send(message, "next-turn", True)
+
+    def steer(self, message: Message) -> str:
+        return self.send(message, "next-step", True)
+
+    def inject(self, message: Message) -> str:
+        return self.send(message, "next-step", False)
+
+    def _wake_driver(self, after_abort: bool = False) -> None:
+        phase = self._phase
+        if not isinstance(phase, Idle):
+            reason = phase.abort.signal.reason if phase.abort.signal.aborted else None
+            disposed = reason is not None and reason.get("kind") == "disposed"
+            # A live, non-aborted running driver claims queued work itself: it never latches.
+            if not disposed and (isinstance(phase, Maintenance) or after_abort):
+                phase.wake_requested = True
+            return
+        if self._disposal is not None:
+            return
+        from loader.agent.loop import drive, open_turn
+
+        # --- S1 begin: running status, turn/start and the first claim happen before send returns ---
+        self._activity = asyncio.get_running_loop().create_future()
+        self._set_phase(Running(abort=AbortController(), turn=phase.last_turn))
+        opened: Any
+        try:
+            opened = open_turn(self)
+        except BaseException as exc:  # the driver converges on it at once (§6.2)
+            opened = exc
+        # --- S1 end ---
+        self._driver = asyncio.create_task(drive(self, opened), name=f"driver:{self.id}")
+
+    # -- cancel (§6.4, span S2) -----------------------------------------------------------
+    def cancel(self, cause: CancelCause, *, keep_inbox: bool = False) -> None:
+        # Sync span S2: clear inbox → drop latch → abort, so a reentrant send from a discard
+        # listener still sees a non-aborted signal.
+        if not keep_inbox:
+            self.inbox.clear()
+            if not isinstance(self._phase, Idle):
+                self._phase.wake_requested = False
+        if not isinstance(self._phase, Idle):
+            self._phase.abort.abort(cause)
+
+    # -- idle -----------------------------------------------------------------------------
+    async def when_idle(self) -> None:
+        while True:
+            activity = self._activity
+            if activity is None:
+                return
+            await asyncio.shield(activity)
+            if self._activity is activity:
+                return
+
+    def _converge(self, last_turn: int, wake_requested: bool) -> None:
+        """Driver/maintenance end: idle first, then replay a latched wake, then resolve the activity."""
+        activity = self._activity
+        self._set_phase(Idle(last_turn=last_turn))
+        if wake_requested and self.inbox.has_pending:
+            self._wake_driver()
+        if activity is not None and not activity.done():
+            activity.set_result(None)
+
+    # -- maintenance (§6.4) ---------------------------------------------------------------
+    def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Future[T]:
+        if not isinstance(self._phase, Idle):
+            raise AgentBusy(self.id)
+        controller = AbortController()
+        self._activity = asyncio.get_running_loop().create_future()
+        self._set_phase(Maintenance(abort=controller, last_turn=self._phase.last_turn))
+        result: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def runner() -> None:
+            try:
+                value = await task(controller.signal)
+            except BaseException as exc:
+                if not result.done():
+                    result.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+            else:
+                if not result.done():
+                    result.set_result(value)
+            finally:
+                phase = self._phase
+                assert isinstance(phase, Maintenance)
+                self._converge(phase.last_turn, phase.wake_requested)
+                self.events.emit("agent/maintenance-end", {"agent": self.id})
+
+        asyncio.create_task(runner(), name=f"maintenance:{self.id}")
+        return result
+
+    # -- dispose (§6.4) -------------------------------------------------------------------
+    def dispose(self) -> asyncio.Future[None]:
+        """Memoized: every caller awaits the same future."""
+        if self._disposal is None:
+            self.cancel({"kind": "disposed"})
+            self._disposal = asyncio.ensure_future(self._dispose())
+        return self._disposal
+
+    async def _dispose(self) -> None:
+        await self.when_idle()
+        for fn in self._cleanups:
+            try:
+                fn()
+            except Exception:
+                logger.exception("cleanup of %s failed", self.id)
+        self._cleanups.clear()
+        if self.registry is not None:
+            self.registry.unregister(self)
+        await self.store.close(self.session)
+
+    # -- pre-step checkpoint (§5.5) -------------------------------------------------------
+    async def _checkpoint(self, ctx: PreStep) -> None:
+        await self.store.flush(self.session)
+
+
+def _last_turn(session: Session) -> int:
+    for event in reversed(session.events):
+        if event["type"] == "turn/start":
+            return int(event["data"]["turn"])
+    return 0

@@ -1,0 +1,131 @@
+"""The inbox (SPEC §6.5): two FIFO lists of pending user-role messages, `next-turn` and `next-step`.
+
+Every mutation is exactly one durable `agent/inbox/spliced` event, in sync span S3:
+validate → append the event → mutate the lists → notify. Observers of the session append
+therefore see the pre-splice lists, and inbox listeners (notified after publication) may send or
+cancel. The lists are rebuilt from the log's splices at construction, so a resumed agent finds
+exactly what was pending when its process stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from loader.emitter import Emitter
+from loader.errors import InboxError, SessionError
+from loader.session import Event, Session
+
+__all__ = ["Inbox", "Message", "Target"]
+
+Target = Literal["next-turn", "next-step"]
+Message = dict[str, Any]
+TARGETS: tuple[Target, Target] = ("next-turn", "next-step")
+
+
+class Inbox:
+    def __init__(self, session: Session, emitter: Emitter | None = None) -> None:
+        self._session = session
+        self._events = emitter or Emitter()
+        self.lists: dict[str, list[Message]] = {"next-turn": [], "next-step": []}
+        self._rebuild(session.events)
+
+    # -- reading ---------------------------------------------------------------------------
+    @property
+    def next_turn(self) -> list[Message]:
+        return self.lists["next-turn"]
+
+    @property
+    def next_step(self) -> list[Message]:
+        return self.lists["next-step"]
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.next_turn or self.next_step)
+
+    def find(self, message_id: str) -> tuple[Target, int] | None:
+        for target in TARGETS:
+            for i, m in enumerate(self.lists[target]):
+                if m["id"] == message_id:
+                    return target, i
+        return None
+
+    # -- mutations (each one sync span S3) --------------------------------------------------
+    def append(self, target: Target, message: Message) -> None:
+        if target not in TARGETS:
+            raise InboxError("INVALID_SPLICE", f"unknown inbox target {target!r}")
+        if self.find(message["id"]) is not None:
+            raise InboxError("DUPLICATE_MESSAGE", f"message {message['id']} is already queued")
+        items = self.lists[target]
+        self._session.append(
+            "agent/inbox/spliced", {"target": target, "start": len(items), "inserted": [message]}
+        )
+        stored = self._session.events[-1]["data"]["inserted"][0]
+        items.append(stored)
+        self._events.emit("agent/inbox/inserted", {"message": stored, "target": target})
+
+    def remove(self, message_id: str) -> bool:
+        found = self.find(message_id)
+        if found is None:
+            return False
+        target, index = found
+        self._discard(target, index, 1)
+        return True
+
+    def clear(self) -> None:
+        for target in ("next-step", "next-turn"):
+            if self.lists[target]:
+                self._discard(target, 0, len(self.lists[target]))  # type: ignore[arg-type]
+
+    def claim(self, target: Target, turn: int) -> list[Message]:
+        """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
+        claimed: list[Message] = []
+        if self.next_step:
+            claimed.extend(self._remove(("next-step"), 0, len(self.next_step), canceled=False))
+        if target == "next-turn" and self.next_turn:
+            claimed.extend(self._remove("next-turn", 0, 1, canceled=False))
+        for m in claimed:
+            self._events.emit("agent/inbox/claimed", {"message": m, "turn": turn})
+        return claimed
+
+    def on(self, name: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
+        return self._events.on(name, fn)
+
+    def _discard(self, target: Target, start: int, count: int) -> None:
+        removed = self._remove(target, start, count, canceled=True)
+        for m in removed:
+            self._events.emit("agent/inbox/discarded", {"message": m, "target": target})
+
+    def _remove(self, target: Target, start: int, count: int, *, canceled: bool) -> list[Message]:
+        data: dict[str, Any] = {"target": target, "start": start, "inserted": [], "removedCount": count}
+        if canceled:
+            data["outcome"] = "canceled"
+        self._session.append("agent/inbox/spliced", data)
+        items = self.lists[target]
+        removed = items[start : start + count]
+        del items[start : start + count]
+        return removed
+
+    # -- rebuild ----------------------------------------------------------------------------
+    def _rebuild(self, events: list[Event]) -> None:
+        for event in events:
+            if event["type"] != "agent/inbox/spliced":
+                continue
+            data = event["data"]
+            target = data.get("target")
+            start = data.get("start")
+            inserted = data.get("inserted", [])
+            removed = data.get("removedCount", 0)
+            items = self.lists.get(target) if isinstance(target, str) else None
+            if (
+                items is None
+                or not isinstance(start, int)
+                or not isinstance(removed, int)
+                or not isinstance(inserted, list)
+                or start < 0
+                or removed < 0
+                or start + removed > len(items)
+                or (not removed and start != len(items) and inserted)
+            ):
+                raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
+            items[start : start + removed] = inserted

@@ -1,0 +1,262 @@
+"""Driver, turns and steps (SPEC §6.6–§6.8, canonical order §6.11).
+
+`open_turn` runs inside span S1 (from `Agent.send`) or synchronously between two turns of one
+driver; everything after it is awaited by the driver task. A turn ends with exactly one `turn/end`
+(written in `finally`), and a step with exactly one `step/end`, so the log always balances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loader.abort import AbortController, Aborted, AbortSignal
+from loader.agent.agent import Idle, PreStep, Running
+from loader.agent.inbox import Message
+from loader.agent.tool_exec import execute_tools
+from loader.errors import DshError, ProviderError, StepLimit, error_chain
+from loader.ids import new_message_id
+from loader.models import Assembler, ModelRequest
+
+if TYPE_CHECKING:
+    from loader.agent.agent import Agent
+
+__all__ = ["OpenedTurn", "drive", "open_turn"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class OpenedTurn:
+    turn: int
+    claimed: list[Message]
+
+
+def _running(agent: Agent) -> Running:
+    phase = agent.phase
+    assert isinstance(phase, Running), f"{agent.id} is not running"
+    return phase
+
+
+def open_turn(agent: Agent) -> OpenedTurn:
+    """§6.7 steps 1–3 plus the first claim; synchronous."""
+    phase = _running(agent)
+    phase.abort.signal.throw_if_aborted()  # e.g. a status listener cancelled: no turn at all
+    turn = phase.turn + 1
+    try:
+        agent.session.append("turn/start", {"turn": turn})
+    except Exception as exc:
+        _emit_error(agent, turn, 0, _error_data(exc))
+        raise
+    phase.turn = turn
+    try:
+        claimed = agent.inbox.claim("next-turn", turn)
+    except Exception as exc:
+        _end_turn(agent, turn, {"kind": "error", "error": _error_data(exc)})
+        raise
+    return OpenedTurn(turn=turn, claimed=claimed)
+
+
+async def drive(agent: Agent, opened: OpenedTurn | BaseException) -> None:
+    try:
+        if isinstance(opened, BaseException):
+            raise opened
+        more = await _run_turn(agent, opened)
+        while more:
+            # A normally finished turn with pending input: next turn, same driver, no idle edge.
+            phase = _running(agent)
+            phase.abort = AbortController()
+            phase.step = 0
+            phase.wake_requested = False
+            more = await _run_turn(agent, open_turn(agent))
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # every failure stops the driver here; the turn already ended
+        logger.debug("driver of %s stopped: %r", agent.id, exc)
+    finally:
+        phase = agent.phase
+        turn = phase.turn if isinstance(phase, Running) else getattr(phase, "last_turn", 0)
+        wake = phase.wake_requested if isinstance(phase, Running) else False
+        agent._converge(turn, wake)
+
+
+async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
+    phase = _running(agent)
+    signal = phase.abort.signal
+    turn = opened.turn
+    turn_ends: dict[str, Any] | None = None
+    claimed: list[Message] | None = opened.claimed
+    target = "next-turn"
+    try:
+        while True:
+            signal.throw_if_aborted()
+            step = phase.step + 1
+            if claimed is None:
+                claimed = agent.inbox.claim(target, turn)  # type: ignore[arg-type]
+            entered, claimed = claimed, None
+            ctx = PreStep(agent=agent, turn=turn, step=step, claimed=entered, signal=signal)
+            rejected = False
+            for hook in agent.pre_step.listeners():
+                if await hook(ctx) == "reject":
+                    rejected = True
+                    break
+            signal.throw_if_aborted()
+            if rejected:
+                turn_ends = {"kind": "blocked"}
+                return False
+            if turn_ends is not None and not entered:
+                break
+            if phase.step == 0 and not entered:
+                turn_ends = {"kind": "completed"}
+                return False
+            signal.throw_if_aborted()
+            agent.session.append("step/start", {"turn": turn, "step": step})
+            phase.step = step
+            try:
+                for message in entered:
+                    agent.session.append("user/message", message)
+                end = await _run_step(agent, turn, step, signal)
+                if not (turn_ends is not None and turn_ends["kind"] == "max-tokens"):
+                    turn_ends = end
+            finally:
+                agent.session.append("step/end", {"turn": turn, "step": step})
+            signal.throw_if_aborted()
+            if turn_ends is not None and not agent.inbox.next_step:
+                break
+            if phase.step >= agent.options.max_steps_per_turn:
+                raise StepLimit(agent.options.max_steps_per_turn)
+            target = "next-step"
+    except BaseException as exc:
+        if signal.aborted:
+            turn_ends = {"kind": "aborted", "reason": signal.reason}
+        else:
+            error = _error_data(exc)
+            turn_ends = {"kind": "error", "error": error}
+            _emit_error(agent, turn, phase.step, error)
+        raise
+    finally:
+        _end_turn(agent, turn, turn_ends or {"kind": "error", "error": {"code": "UNKNOWN", "message": "turn ended without a reason"}})
+    return agent.inbox.has_pending
+
+
+async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> dict[str, Any] | None:
+    signal.throw_if_aborted()
+    options = agent.options
+    tools = agent.tools
+    sections = [options.system_prompt]
+    for tool in tools:
+        section = tool.system_section
+        if section and section not in sections:
+            sections.append(section)
+    request = ModelRequest(
+        session_id=agent.id,
+        turn=turn,
+        step=step,
+        system="\n\n".join(sections),
+        messages=agent.session.derive_messages(),
+        tools=[
+            {"name": t.name, "description": t.description, "parameters": t.parameters.model_json_schema()}
+            for t in tools
+        ],
+        model=options.model,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+    )
+    await agent.store.flush(agent.session)  # model-request checkpoint (§5.5)
+    signal.throw_if_aborted()
+
+    def on_retry(attempt: int, delay_ms: int, code: str, status: int | None) -> None:
+        data: dict[str, Any] = {"turn": turn, "step": step, "attempt": attempt, "delayMs": delay_ms, "code": code}
+        if status is not None:
+            data["status"] = status
+        agent.session.append("llm/retry", data)
+
+    assembler = Assembler()
+    stream = agent.provider.stream(request, signal, on_retry)
+    try:
+        while True:
+            chunk = await _next_chunk(stream, signal)
+            if chunk is None:
+                break
+            signal.throw_if_aborted()
+            assembler.feed(chunk)
+    except BaseException:
+        if signal.aborted:
+            partial = assembler.partial_content()
+            if partial:
+                agent.session.append(
+                    "assistant/message",
+                    {"turn": turn, "step": step, "message": _assistant(agent, partial), "interrupted": True},
+                )
+        raise
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                logger.debug("closing the stream of %s failed", agent.id, exc_info=True)
+    result = assembler.result()
+    content = result.content
+    if result.finish == "max-tokens":
+        content = [b for b in content if b.get("type") != "tool-call"]
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": _assistant(agent, content)}
+    if result.usage is not None:
+        data["usage"] = result.usage
+    data["finish"] = result.finish
+    agent.session.append("assistant/message", data)
+    if result.finish == "max-tokens":
+        return {"kind": "max-tokens"}
+    calls = [b for b in content if b.get("type") == "tool-call"]
+    if not calls:
+        return {"kind": "completed"}
+    concluded = await execute_tools(agent, turn, step, calls, signal)
+    return {"kind": "completed"} if concluded else None
+
+
+async def _next_chunk(stream: Any, signal: AbortSignal) -> Any:
+    """Race the next chunk against the abort: an abandoned read never delays the turn's end."""
+    if signal.aborted:
+        raise Aborted(signal.reason)
+    nxt = asyncio.ensure_future(anext(stream, None))
+    aborted = signal.wait()
+    done, _ = await asyncio.wait({nxt, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    if nxt in done:
+        return nxt.result()
+    nxt.cancel()  # abandon a read we no longer need; the caller closes the stream
+    try:
+        await nxt
+    except BaseException:
+        pass
+    raise Aborted(signal.reason)
+
+
+def _assistant(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": new_message_id(),
+        "role": "assistant",
+        "content": content,
+        "source": {"kind": "model", "provider": agent.provider.name, "model": agent.options.model},
+    }
+
+
+def _error_data(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, DshError):
+        data: dict[str, Any] = {"code": exc.code, "message": exc.message}
+        if isinstance(exc, ProviderError) and exc.status is not None:
+            data["status"] = exc.status
+        return data
+    return {"code": "UNKNOWN", "message": error_chain(exc)}
+
+
+def _emit_error(agent: Agent, turn: int, step: int, error: dict[str, Any]) -> None:
+    agent.events.emit("agent/error", {"agent": agent.id, "turn": turn, "step": step, "error": error})
+
+
+def _end_turn(agent: Agent, turn: int, reason: dict[str, Any]) -> None:
+    try:
+        agent.session.append("turn/end", {"turn": turn, "reason": reason})
+    except Exception:
+        logger.exception("could not log turn/end %s of %s", turn, agent.id)

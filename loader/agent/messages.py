@@ -1,0 +1,40 @@
+"""Builders for the message shapes of SPEC §5.3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loader.ids import new_message_id
+
+__all__ = ["text_block", "tool_result_message", "user_message", "text_of"]
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def user_message(
+    content: str | list[dict[str, Any]], source: dict[str, Any] | None = None, *, id: str | None = None
+) -> dict[str, Any]:
+    blocks = [text_block(content)] if isinstance(content, str) else list(content)
+    return {
+        "id": id or new_message_id(),
+        "role": "user",
+        "content": blocks,
+        "source": dict(source or {"kind": "user"}),
+    }
+
+
+def tool_result_message(call_id: str, text: str, *, is_error: bool) -> dict[str, Any]:
+    return {
+        "id": new_message_id(),
+        "role": "user",
+        "source": {"kind": "tool", "callId": call_id},
+        "content": [
+            {"type": "tool-result", "toolCallId": call_id, "isError": is_error, "content": [text_block(text)]}
+        ],
+    }
+
+
+def text_of(content: list[dict[str, Any]] | None, sep: str = "") -> str:
+    return sep.join(b.get("text", "") for b in content or [] if b.get("type") == "text")

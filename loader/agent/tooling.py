@@ -1,0 +1,57 @@
+"""The agent's view of tools (SPEC §6.9): a `Protocol` the higher `tools/` layer implements.
+
+The agent runs tools but must not import them (dependencies point one way), so it declares what it
+needs here: a name, a pydantic parameter model, a description, whether the call may run in the rolling
+pool, an optional system-prompt section, and `run(args, exec)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from loader.abort import AbortSignal
+
+if TYPE_CHECKING:
+    from loader.agent.agent import Agent
+
+__all__ = ["Tool", "ToolExec", "ToolOutput"]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """`value` is stored in `tool/result.value`; `text` is all the model sees."""
+
+    text: str
+    value: Any = None
+    concludes_turn: bool = False
+
+
+@dataclass
+class ToolExec:
+    agent: Agent
+    call_id: str
+    signal: AbortSignal
+    staged: list[dict[str, Any]] = field(default_factory=list)
+
+    def stage(self, message: dict[str, Any]) -> None:
+        """Queue input for this agent; it is inserted into next-step after this call's result."""
+        self.staged.append(message)
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    parameters: type[BaseModel]
+    concurrency_safe: bool
+
+    @property
+    def system_section(self) -> str | None: ...
+
+    async def run(self, args: Any, exec: ToolExec) -> ToolOutput: ...
+
+
+ToolsFor = Callable[["Agent"], list[Tool]]

@@ -1,0 +1,81 @@
+"""Emit and waterfall listener lists (SPEC §4.1).
+
+*Emit* calls plain listeners synchronously in registration order and logs each failure; a listener
+that returns an awaitable gets it scheduled as a task whose failure is logged. A *waterfall* awaits its
+listeners in order and lets failures propagate: that is the `pre_step` chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Emitter", "Waterfall"]
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[..., Any]
+T = TypeVar("T")
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _log_task_failure(task: asyncio.Task[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("listener task failed", exc_info=task.exception())
+
+
+class Emitter:
+    """Named synchronous events. Listeners are called as `fn(payload)`."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[Listener]] = {}
+
+    def on(self, name: str, fn: Listener) -> Callable[[], None]:
+        self._listeners.setdefault(name, []).append(fn)
+
+        def off() -> None:
+            fns = self._listeners.get(name, [])
+            if fn in fns:
+                fns.remove(fn)
+
+        return off
+
+    def emit(self, name: str, payload: Any) -> None:
+        for fn in list(self._listeners.get(name, ())):
+            try:
+                result = fn(payload)
+            except Exception:
+                logger.exception("listener for %s failed", name)
+                continue
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                _background.add(task)
+                task.add_done_callback(_log_task_failure)
+
+
+class Waterfall(Generic[T]):
+    """Ordered async listeners; lower `order` runs first, ties keep registration order."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[int, int, Callable[[T], Awaitable[Any]]]] = []
+        self._counter = 0
+
+    def add(self, fn: Callable[[T], Awaitable[Any]], *, order: int = 100) -> Callable[[], None]:
+        self._counter += 1
+        entry = (order, self._counter, fn)
+        self._entries.append(entry)
+        self._entries.sort(key=lambda e: (e[0], e[1]))
+
+        def remove() -> None:
+            if entry in self._entries:
+                self._entries.remove(entry)
+
+        return remove
+
+    def listeners(self) -> list[Callable[[T], Awaitable[Any]]]:
+        return [fn for _, _, fn in self._entries]

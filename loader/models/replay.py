@@ -1,0 +1,301 @@
+"""The replay provider: serves transcript replies per bound session, never the network (SPEC §13.3).
+
+Binding (§15.3). `bind_root` binds the runner's root session to `root`. `bind_child` is the hook
+the continuation manager calls with a child's descriptor at creation: the child binds to the script
+whose `spawnedBy` equals the descriptor's `spawnCallId`; otherwise to the script with `order == k`,
+k counting (from 1) the children created so far that did not bind by `spawnedBy`, this one
+included; otherwise it is unrecorded. Binding a session id seen before is a no-op, so a cold-resumed
+child keeps its script and cursor.
+
+Decisions where the spec leaves room:
+- A child whose `spawnedBy` script is already bound records `REPLAY_BINDING_CONFLICT`, stays
+  unrecorded and does not count towards k (it did match a `spawnedBy`; counting it would shift the
+  order of its siblings).
+- `{{child:<callId>}}` maps to the first session created with that `spawnCallId`, bound or not.
+- Mapping arguments are served as compact JSON (`separators=(",", ":")`, `ensure_ascii=False`);
+  string arguments are served verbatim.
+- Empty `text`/`reasoning` strings and an empty error/hang prefix produce no delta.
+
+Invariants:
+- `_cursor[key]` counts requests served to `key` (§15.3 item 4: a request is counted when served,
+  before its first chunk, not when it finishes); a request beyond the script leaves it unchanged.
+- `hang_reached(key)` never un-happens (fence conditions are monotone, §16.1); it turns true only
+  after the consumer resumed the generator past the hang's prefix, i.e. consumed it.
+- Every violation is also the failure of the request that caused it (a `ProviderError` with the
+  same code), except `REPLAY_BINDING_CONFLICT` (recorded at binding, its requests then fail as
+  unrecorded) and the end-of-run `REPLAY_UNCONSUMED`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loader.abort import Aborted, AbortSignal
+from loader.errors import ProviderError
+from loader.models.protocol import (
+    Chunk,
+    Finish,
+    ModelRequest,
+    OnRetry,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from loader.transcripts import (
+    PlaceholderKind,
+    Reply,
+    ReplyForm,
+    Transcript,
+    UnresolvedPlaceholder,
+    resolve_placeholders,
+)
+
+__all__ = ["DEFAULT_USAGE", "ReplayProvider"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
+
+HangListener = Callable[[str], None]
+
+
+@dataclass
+class _Served:
+    """One reply made concrete: placeholders resolved, chunks built."""
+
+    form: ReplyForm
+    chunks: list[Chunk] = field(default_factory=list)  # the message, or the error/hang prefix
+    error: ProviderError | None = None
+
+
+class ReplayProvider:
+    name: str = "replay"
+
+    def __init__(self, transcript: Transcript) -> None:
+        self.transcript = transcript
+        self.violations: list[dict[str, str]] = []
+        agents = transcript.spec.agents
+        self._key_by_spawn_call = {s.spawned_by: k for k, s in agents.items() if s.spawned_by}
+        self._key_by_order = {s.order: k for k, s in agents.items() if s.order is not None}
+        self._key_by_session: dict[str, str] = {}
+        self._session_by_key: dict[str, str] = {}
+        self._cursor: dict[str, int] = {}
+        self._child_by_call: dict[str, str] = {}
+        self._children_seen: set[str] = set()
+        self._unkeyed_children = 0  # k of §15.3 item 2
+        self._hangs_reached: set[str] = set()
+        self._hang_listeners: list[HangListener] = []
+        self._unconsumed: list[dict[str, str]] = []
+
+    # ---- binding -------------------------------------------------------------------------------
+
+    def bind_root(self, session_id: str) -> None:
+        holder = self._session_by_key.get("root")
+        if holder == session_id:
+            return
+        if holder is not None:
+            self._record(
+                "REPLAY_BINDING_CONFLICT",
+                "root",
+                f"root is already bound to session {holder}; {session_id} stays unrecorded",
+            )
+            return
+        self._bind(session_id, "root")
+
+    def bind_child(self, session_id: str, descriptor: dict[str, Any]) -> None:
+        if session_id in self._children_seen:
+            return  # cold resume (§15.3 item 3): same session id, same script, same cursor
+        self._children_seen.add(session_id)
+        call_id = descriptor.get("spawnCallId")
+        if isinstance(call_id, str):
+            self._child_by_call.setdefault(call_id, session_id)
+            key = self._key_by_spawn_call.get(call_id)
+            if key is not None:
+                holder = self._session_by_key.get(key)
+                if holder is not None:
+                    self._record(
+                        "REPLAY_BINDING_CONFLICT",
+                        key,
+                        f"session {session_id} was spawned by {call_id}, whose script {key} is "
+                        f"already bound to session {holder}",
+                    )
+                    return
+                self._bind(session_id, key)
+                return
+        self._unkeyed_children += 1
+        key = self._key_by_order.get(self._unkeyed_children)
+        if key is None:
+            logger.info(
+                "replay: child %s (child #%d without spawnedBy script) is unrecorded",
+                session_id,
+                self._unkeyed_children,
+            )
+            return
+        self._bind(session_id, key)
+
+    def _bind(self, session_id: str, key: str) -> None:
+        self._key_by_session[session_id] = key
+        self._session_by_key[key] = session_id
+        self._cursor.setdefault(key, 0)
+        logger.debug("replay: session %s bound to script %s", session_id, key)
+
+    def agent_key_of(self, session_id: str) -> str | None:
+        return self._key_by_session.get(session_id)
+
+    def session_of(self, agent_key: str) -> str | None:
+        return self._session_by_key.get(agent_key)
+
+    # ---- serving -------------------------------------------------------------------------------
+
+    async def stream(
+        self, request: ModelRequest, signal: AbortSignal, on_retry: OnRetry
+    ) -> AsyncIterator[Chunk]:
+        signal.throw_if_aborted()
+        key, served = self._serve(request)
+        for chunk in served.chunks:
+            yield chunk
+        if served.error is not None:
+            raise served.error
+        if served.form == "hang":
+            # Reached only once the consumer resumed us past the prefix, i.e. consumed it (§16.1).
+            self._reach_hang(key)
+            # shield: cancelling this await (a hard stop) must not cancel the signal's shared future.
+            await asyncio.shield(signal.wait())
+            raise Aborted(signal.reason)
+
+    def _serve(self, request: ModelRequest) -> tuple[str, _Served]:
+        key = self._key_by_session.get(request.session_id)
+        if key is None:
+            raise self._fail(
+                "REPLAY_UNRECORDED_SESSION",
+                None,
+                f"session {request.session_id} is bound to no transcript script "
+                f"(turn {request.turn}, step {request.step})",
+            )
+        replies = self.transcript.spec.agents[key].replies
+        cursor = self._cursor[key]
+        if cursor >= len(replies):
+            raise self._fail(
+                "REPLAY_SCRIPT_EXHAUSTED",
+                key,
+                f"request #{cursor + 1} of agent {key} is beyond its script of {len(replies)} "
+                f"replies (turn {request.turn}, step {request.step})",
+            )
+        self._cursor[key] = cursor + 1  # §15.3 item 4: counted when served
+        try:
+            served = _build(replies[cursor], self._lookup)
+        except UnresolvedPlaceholder as exc:
+            raise self._fail(
+                "REPLAY_PLACEHOLDER", key, f"reply #{cursor + 1} of agent {key}: {exc}"
+            ) from exc
+        logger.debug("replay: serving reply #%d of %s (%s)", cursor + 1, key, served.form)
+        return key, served
+
+    def _lookup(self, kind: PlaceholderKind, name: str) -> str | None:
+        if kind == "child":
+            return self._child_by_call.get(name)
+        return self._session_by_key.get(name)
+
+    # ---- hangs ---------------------------------------------------------------------------------
+
+    def add_hang_listener(self, fn: HangListener) -> Callable[[], None]:
+        """Call `fn(agent_key)` each time a hang is reached. Returns an unsubscribe."""
+        self._hang_listeners.append(fn)
+
+        def remove() -> None:
+            if fn in self._hang_listeners:
+                self._hang_listeners.remove(fn)
+
+        return remove
+
+    def hang_reached(self, agent_key: str) -> bool:
+        return agent_key in self._hangs_reached
+
+    def _reach_hang(self, key: str) -> None:
+        self._hangs_reached.add(key)
+        logger.debug("replay: %s reached a hang", key)
+        for fn in list(self._hang_listeners):
+            try:
+                fn(key)
+            except Exception:
+                logger.exception("hang listener failed")
+
+    # ---- strictness ----------------------------------------------------------------------------
+
+    def finish_checks(self) -> list[dict[str, str]]:
+        """Record `REPLAY_UNCONSUMED` for every script not fully served; returns those violations.
+
+        Idempotent: a second call replaces the entries of the first instead of adding more.
+        """
+        self.violations[:] = [v for v in self.violations if not _contains(self._unconsumed, v)]
+        self._unconsumed = []
+        for key, script in self.transcript.spec.agents.items():
+            total = len(script.replies)
+            if key not in self._session_by_key:
+                message = f"agent {key} was never bound to a session (0/{total} replies consumed)"
+            elif self._cursor[key] < total:
+                message = f"agent {key} consumed {self._cursor[key]}/{total} replies"
+            else:
+                continue
+            self._unconsumed.append(self._record("REPLAY_UNCONSUMED", key, message))
+        return list(self._unconsumed)
+
+    def _record(self, code: str, agent: str | None, message: str) -> dict[str, str]:
+        violation = {"code": code, "message": message}
+        if agent is not None:
+            violation["agent"] = agent
+        self.violations.append(violation)
+        logger.warning("replay violation %s: %s", code, message)
+        return violation
+
+    def _fail(self, code: str, agent: str | None, message: str) -> ProviderError:
+        self._record(code, agent, message)
+        return ProviderError(code, message)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:
+    return any(x is item for x in items)
+
+
+def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> _Served:
+    """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
+    data = resolve_placeholders(reply.model_dump(), lookup)
+    form = reply.form
+    if form == "hang":
+        return _Served(form, chunks=_prefix(data["hang"]["text"]))
+    if form == "error":
+        err = data["error"]
+        error = ProviderError(err["code"], err["message"], status=err["status"])
+        return _Served(form, chunks=_prefix(data["text"]), error=error)
+    chunks: list[Chunk] = []
+    if data["reasoning"]:
+        chunks.append(ReasoningDelta(data["reasoning"]))
+    if data["text"]:
+        chunks.append(TextDelta(data["text"]))
+    for index, call in enumerate(data["tool_calls"] or []):
+        chunks.append(ToolCallDelta(index, call["id"], call["name"], _arguments(call["arguments"])))
+    usage = data["usage"]
+    chunks.append(
+        Usage(usage["input_tokens"], usage["output_tokens"]) if usage is not None else DEFAULT_USAGE
+    )
+    chunks.append(Finish(reply.finish_reason))
+    return _Served(form, chunks=chunks)
+
+
+def _prefix(text: str | None) -> list[Chunk]:
+    return [TextDelta(text)] if text else []
+
+
+def _arguments(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)

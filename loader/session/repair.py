@@ -1,0 +1,193 @@
+"""Reading a session file and closing a crash-interrupted turn (SPEC §5.6).
+
+`read(path)` never writes. It returns the header, the good prefix of events and, when bytes follow
+the good prefix, `issue = {"truncateTo": offset}`. The good prefix ends at the first line that is
+unparsable, fails the envelope check, breaks seq contiguity or lacks its `\\n` (a torn tail).
+
+Rule "damage before a committed turn/end is corruption": if any line *after* the first bad one
+parses as a `turn/end`, the bad line is not a torn tail but damage inside committed history, and
+`read` raises `SESSION_CORRUPT` instead of offering a truncation. A repair never drops a completed
+turn.
+
+`interrupted_turn_closers(events)` computes the events that close a turn left open by a crash. They
+continue the seqs and reuse the time of the last event, so a repaired log is a pure extension of the
+committed one: committed bytes are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loader.errors import SessionError
+from loader.session.envelope import FORMAT_VERSION, Event, envelope_problem, header_problem
+from loader.texts import render
+
+__all__ = ["ReadResult", "interrupted_turn_closers", "parse", "read", "read_raw"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    header: dict[str, Any]
+    events: list[Event]
+    issue: dict[str, int] | None
+    """`{"truncateTo": byte offset after the last good line}` when a bad tail follows the prefix."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(line: bytes) -> Any:
+    """Strict JSON: NaN/Infinity and invalid UTF-8 make a line unparsable."""
+    return json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
+
+
+def _try_loads(line: bytes) -> tuple[bool, Any]:
+    try:
+        return True, _loads(line)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False, None
+
+
+def read(path: Path) -> ReadResult:
+    """Read `path` without writing (§5.6). Raises SESSION_NOT_FOUND, NEWER_FORMAT or SESSION_CORRUPT."""
+    return parse(read_raw(path), source=str(path))
+
+
+def read_raw(path: Path) -> bytes:
+    """The file's bytes; a missing file is SESSION_NOT_FOUND."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise SessionError("SESSION_NOT_FOUND", f"no session file at {path}") from exc
+    except IsADirectoryError as exc:
+        raise SessionError("SESSION_CORRUPT", f"{path} is a directory") from exc
+
+
+def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
+    """The pure half of `read`: split `raw` into header, good prefix and issue."""
+    end = raw.find(b"\n")
+    header_line = raw if end < 0 else raw[:end]
+    ok, header = _try_loads(header_line)
+    if not ok or not isinstance(header, dict):
+        raise SessionError("SESSION_CORRUPT", f"{source}: missing or malformed header")
+    # NEWER_FORMAT is decided before any other check (§5.1): a newer writer may change everything else.
+    version = header.get("version")
+    if type(version) is int and version > FORMAT_VERSION:
+        raise SessionError("NEWER_FORMAT", f"{source}: format version {version} is newer than {FORMAT_VERSION}")
+    problem = header_problem(header)
+    if problem is not None:
+        raise SessionError("SESSION_CORRUPT", f"{source}: {problem}")
+    if end < 0:
+        raise SessionError("SESSION_CORRUPT", f"{source}: header line is not terminated")
+
+    events: list[Event] = []
+    offset = end + 1
+    bad_at: int | None = None
+    while offset < len(raw):
+        nl = raw.find(b"\n", offset)
+        if nl < 0:
+            bad_at = offset  # torn tail: the last line lacks its newline
+            break
+        ok, event = _try_loads(raw[offset:nl])
+        if not ok or envelope_problem(event) is not None or event["seq"] != len(events):
+            bad_at = offset
+            break
+        events.append(event)
+        offset = nl + 1
+
+    if bad_at is None:
+        return ReadResult(header, events, None)
+
+    # Rule "damage before a committed turn/end is corruption": look at every line after the bad one.
+    first_nl = raw.find(b"\n", bad_at)
+    if first_nl >= 0:
+        for later in raw[first_nl + 1 :].split(b"\n"):
+            ok, value = _try_loads(later)
+            if ok and isinstance(value, dict) and value.get("type") == "turn/end":
+                raise SessionError(
+                    "SESSION_CORRUPT",
+                    f"{source}: damaged line at byte {bad_at} precedes a committed turn/end",
+                )
+    logger.info("%s: bad tail at byte %d after seq %d", source, bad_at, len(events) - 1)
+    return ReadResult(header, events, {"truncateTo": bad_at})
+
+
+def _tool_call_ids(message: Any) -> list[str]:
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return []
+    return [
+        block["id"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool-call" and isinstance(block.get("id"), str)
+    ]
+
+
+def _repair_result(turn: int, step: int, call_id: str, seq: int, recorded: bool) -> dict[str, Any]:
+    code, tid = ("TOOL_OUTCOME_UNKNOWN", "T-REPAIR-UNKNOWN") if recorded else ("TOOL_NOT_STARTED", "T-REPAIR-NOT-STARTED")
+    text = render(tid)
+    message = {
+        "id": f"repair-{call_id}-{seq}",
+        "role": "user",
+        "source": {"kind": "tool", "callId": call_id},
+        "content": [
+            {
+                "type": "tool-result",
+                "toolCallId": call_id,
+                "isError": True,
+                "content": [{"type": "text", "text": text}],
+            }
+        ],
+    }
+    return {"turn": turn, "step": step, "callId": call_id, "message": message, "error": {"code": code, "message": text}}
+
+
+def interrupted_turn_closers(events: list[Event]) -> list[Event]:
+    """The events that close a turn a crash left open (§5.6); `[]` when no turn is open."""
+    open_turn: int | None = None
+    open_step: int | None = None
+    pending: dict[str, dict[str, int]] = {}  # callId → {"step", "callSeq"?}, in registration order
+
+    for event in events:
+        kind, data = event["type"], event["data"]
+        if kind == "turn/start":
+            open_turn, open_step, pending = data.get("turn"), None, {}
+        elif kind == "turn/end":
+            open_turn, open_step, pending = None, None, {}
+        elif kind == "step/start":
+            open_step = data.get("step")
+        elif kind == "step/end":
+            open_step, pending = None, {}
+        elif kind == "assistant/message":
+            for call_id in _tool_call_ids(data.get("message")):
+                pending[call_id] = {"step": data.get("step")}
+        elif kind == "tool/call":
+            if data.get("callId") in pending:
+                pending[data["callId"]]["callSeq"] = event["seq"]
+        elif kind == "tool/result":
+            if isinstance(data.get("callId"), str):
+                pending.pop(data["callId"], None)
+
+    if open_turn is None:
+        return []
+    seq = events[-1]["seq"] + 1
+    when = events[-1]["time"]
+    closers: list[Event] = []
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        nonlocal seq
+        closers.append({"type": kind, "seq": seq, "time": when, "data": data})
+        seq += 1
+
+    for call_id, call in pending.items():
+        emit("tool/result", _repair_result(open_turn, call["step"], call_id, seq, "callSeq" in call))
+    if open_step is not None:
+        emit("step/end", {"turn": open_turn, "step": open_step})
+    emit("turn/end", {"turn": open_turn, "reason": {"kind": "interrupted"}})
+    return closers

@@ -1,0 +1,158 @@
+"""The in-memory session log (SPEC §5.1–§5.3, §4.1 re-entrancy).
+
+A `Session` is an append-only list of events plus synchronous observers. It knows nothing about
+files: a store hands it a `sink` that receives each event before it is published.
+
+Invariants:
+- `all(e["seq"] == i for i, e in enumerate(session.events))`; appends never rewrite an event.
+- `append` is one sync span: snapshot → sink → list append → notify. If the snapshot or the sink
+  raises, `events` is unchanged (the sink is the store's enqueue, so a refused event is never
+  published without being queued for the file).
+- While observers run, `append` raises `ReentrantAppend`: observers see a stable log and never
+  append (§4.1). Observer failures are logged, never propagated to the appender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loader.errors import ReentrantAppend, SessionError
+from loader.session.envelope import EVENT_TYPES, Event
+
+__all__ = ["Observer", "Session", "Sink"]
+
+logger = logging.getLogger(__name__)
+
+Sink = Callable[[Event], None]
+Observer = Callable[[Event], Any]
+"""Called with each published event; a returned awaitable is scheduled as a task (§4.1)."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _snapshot(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SessionError("INVALID_EVENT", f"event data is not an object: {type(data).__name__}")
+    try:
+        copied = json.loads(json.dumps(data, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise SessionError("INVALID_EVENT", f"event data is not JSON: {exc}") from exc
+    if not isinstance(copied, dict):  # pragma: no cover - a dict always round-trips to a dict
+        raise SessionError("INVALID_EVENT", "event data is not an object")
+    return copied
+
+
+class Session:
+    def __init__(
+        self,
+        header: dict[str, Any],
+        events: list[Event] | None = None,
+        *,
+        sink: Sink | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.header = header
+        self.id: str = header["id"]
+        self.events: list[Event] = list(events) if events is not None else []
+        self.closed = False
+        self._sink = sink
+        self._clock = clock or _now_ms
+        self._observers: list[Observer] = []
+        # Invariant: _publishing is True exactly while observers of one append are being called.
+        self._publishing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, events={len(self.events)}, closed={self.closed})"
+
+    def append(self, type: str, data: dict[str, Any], *, ignorable: bool = False) -> Event:
+        """Append one event and publish it; a plain `def` so the whole append is one sync span."""
+        if self.closed:
+            raise SessionError("SESSION_CLOSED", f"session {self.id} is closed")
+        if self._publishing:
+            raise ReentrantAppend(self.id)
+        if not isinstance(type, str) or not type:
+            raise SessionError("INVALID_EVENT", f"event type {type!r} is not a non-empty string")
+        if type not in EVENT_TYPES and not ignorable:
+            # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
+            raise SessionError("INVALID_EVENT", f"unknown event type {type}")
+        event: Event = {
+            "type": type,
+            "seq": len(self.events),
+            "time": self._clock(),
+            "data": _snapshot(data),
+        }
+        if ignorable:
+            event["ignorable"] = True
+        if self._sink is not None:
+            self._sink(event)  # may raise: then nothing is appended or published
+        self.events.append(event)
+        self._publish(event)
+        return event
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call `observer(event)` after each append, in registration order. Returns an unsubscribe."""
+        self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return unsubscribe
+
+    def derive_messages(self) -> list[dict[str, Any]]:
+        """The model-visible request messages (§5.3). The dicts are the log's own: treat as read-only."""
+        messages: list[dict[str, Any]] = []
+        for event in self.events:
+            kind, data = event["type"], event["data"]
+            if kind == "user/message":
+                messages.append(data)
+            elif kind == "assistant/message":
+                message = data.get("message")
+                if isinstance(message, dict) and message.get("content"):
+                    messages.append(message)
+            elif kind == "tool/result":
+                message = data.get("message")
+                if isinstance(message, dict):
+                    messages.append(message)
+        return messages
+
+    def _publish(self, event: Event) -> None:
+        self._publishing = True
+        try:
+            for observer in list(self._observers):
+                try:
+                    result = observer(event)
+                except Exception:
+                    logger.exception("session %s: observer failed on seq %d", self.id, event["seq"])
+                    continue
+                if inspect.isawaitable(result):
+                    self._schedule(result, event)
+        finally:
+            self._publishing = False
+
+    def _schedule(self, awaitable: Any, event: Event) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # No running loop: the awaitable can never run; close it so it does not warn.
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            logger.error("session %s: async observer on seq %d has no loop", self.id, event["seq"])
+            return
+        task = asyncio.ensure_future(awaitable, loop=loop)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("session %s: async observer failed", self.id, exc_info=task.exception())

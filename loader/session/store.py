@@ -1,0 +1,437 @@
+"""The JSONL session store (SPEC §5.1, §5.4, §5.6).
+
+Layout: `home/sessions/<id>/session.jsonl`, directories 0700, files 0600. A live session's file is
+held with an exclusive `fcntl.flock` on a descriptor kept open until `close`.
+
+Write path (§5.4): `Session.append` calls the store's sink, which serializes the event and queues the
+line synchronously. A timer of `batch_delay_ms` (0 = next loop iteration) starts when an idle queue
+receives work; when it fires, one writer task appends the whole queue as one batch in one
+`asyncio.to_thread` call. `flush` is the durability barrier (§5.5): it cancels the timer, waits for
+an in-flight write and drains the queue; concurrent flushes share one barrier task.
+
+Invariants, per live session:
+- At most one write is in flight (`_Live.writer`); the barrier and the timer only ever start a write
+  when `writer is None`. Blocking I/O never runs concurrently for one file (§4).
+- A batch leaves the queue only after its write succeeded, and `committed` is then the file size.
+  A failed write truncates the file back to `committed` and keeps the batch at the queue head, so
+  the file never holds a duplicated or skipped seq. Because a thread cannot be cancelled, a write
+  whose awaiting task was cancelled may still land; the next write sees `size > committed` and
+  truncates first, which keeps the same invariant.
+
+I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`). The
+truncate-on-failure logic lives in `append_batch`, not in the IO object, so a test double that
+overrides `FileIO.write` to raise (optionally after writing part of the data) exercises the real
+recovery path. `SessionStore(io=...)` is the public, stable way to install such a double.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from loader.errors import CheckpointError, SessionError
+from loader.ids import SESSION_ID_RE
+from loader.session.envelope import EVENT_TYPES, FORMAT_VERSION, Event, header_problem, validate_log
+from loader.session.repair import ReadResult, interrupted_turn_closers, parse, read, read_raw
+from loader.session.session import Session
+
+__all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch", "encode_line"]
+
+logger = logging.getLogger(__name__)
+
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+
+
+class StoreIO(Protocol):
+    """Blocking file operations of the store; called from worker threads, one at a time per file."""
+
+    def size(self, path: Path) -> int:
+        """Current size of `path` in bytes."""
+        ...
+
+    def write(self, path: Path, data: bytes, fsync: bool) -> None:
+        """Open `path` for append, write all of `data`, fsync when asked. May fail part-way."""
+        ...
+
+    def truncate(self, path: Path, size: int, fsync: bool) -> None:
+        """Cut `path` back to `size` bytes, fsync when asked."""
+        ...
+
+
+class FileIO:
+    """The real `StoreIO`. Subclass it in tests to inject failures (override `write`)."""
+
+    def size(self, path: Path) -> int:
+        return os.stat(path).st_size
+
+    def write(self, path: Path, data: bytes, fsync: bool) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def truncate(self, path: Path, size: int, fsync: bool) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append_batch(io: StoreIO, path: Path, data: bytes, fsync: bool, committed: int | None = None) -> int:
+    """Append `data` as one batch; on failure truncate back and re-raise. Returns the new size.
+
+    `committed` is the size the store last saw succeed; a larger file holds bytes of a write whose
+    outcome was never observed (failed truncate, cancelled await), and is cut back before writing.
+    """
+    size = io.size(path)
+    if committed is not None and size != committed:
+        if size < committed:
+            raise OSError(f"{path} shrank from {committed} to {size} bytes")
+        logger.warning("%s: dropping %d unconfirmed bytes before writing", path, size - committed)
+        io.truncate(path, committed, fsync)
+        size = committed
+    try:
+        io.write(path, data, fsync)
+    except BaseException:
+        try:
+            io.truncate(path, size, fsync)
+        except Exception:
+            logger.exception("%s: truncate back to %d bytes failed", path, size)
+        raise
+    return size + len(data)
+
+
+def encode_line(event: Event) -> bytes:
+    """One compact UTF-8 JSON line. Lone surrogates cannot be UTF-8, so they fall back to escapes."""
+    try:
+        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(event, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
+    except (TypeError, ValueError) as exc:
+        raise SessionError("INVALID_EVENT", f"event is not JSON: {exc}") from exc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, session_id: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise SessionError("SESSION_BUSY", f"session {session_id} is held by another run") from exc
+
+
+class _Live:
+    """Per-session store state; touched only on the loop thread."""
+
+    session: Session
+
+    def __init__(self, path: Path, lock_fd: int, committed: int) -> None:
+        self.path = path
+        self.lock_fd = lock_fd
+        self.committed = committed  # file size after the last confirmed write
+        self.queue: list[bytes] = []  # encoded lines, oldest first; the head batch may be a failed one
+        self.timer: asyncio.Handle | None = None
+        self.writer: asyncio.Task[BaseException | None] | None = None
+        self.barrier: asyncio.Task[None] | None = None
+        self.closing: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None  # the last write failure, cleared by a success
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # Shared tasks are awaited through shield(); mark the exception retrieved even if nobody stayed.
+    if not task.cancelled():
+        task.exception()
+
+
+class SessionStore:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        batch_delay_ms: int = 200,
+        fsync: bool = True,
+        io: StoreIO | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.home = Path(home)
+        self.sessions_dir = self.home / "sessions"
+        self.batch_delay_ms = batch_delay_ms
+        self.fsync = fsync
+        self.io: StoreIO = io if io is not None else FileIO()
+        self._clock = clock
+        self._live: dict[str, _Live] = {}
+
+    def __repr__(self) -> str:
+        return f"SessionStore({str(self.home)!r}, live={len(self._live)})"
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def path(self, session_id: str) -> Path:
+        return self.sessions_dir / session_id / "session.jsonl"
+
+    def exists(self, session_id: str) -> bool:
+        if not SESSION_ID_RE.match(session_id):
+            return False
+        path = self.path(session_id)
+        return path.exists() or path.parent.exists()
+
+    def is_live(self, session_id: str) -> bool:
+        return session_id in self._live
+
+    def get_live(self, session_id: str) -> Session | None:
+        live = self._live.get(session_id)
+        return live.session if live is not None else None
+
+    def read(self, session_id: str) -> ReadResult:
+        """Read-only view (§5.6); blocking, so async callers wrap it in `asyncio.to_thread`."""
+        if not SESSION_ID_RE.match(session_id):
+            raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
+        return read(self.path(session_id))
+
+    # -- create --------------------------------------------------------------------------------
+
+    async def create(self, header: dict[str, Any]) -> Session:
+        """Materialize the file eagerly (§5.4 item 1); the session is returned only once it is locked."""
+        session_id = header.get("id")
+        if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+            raise SessionError("INVALID_SESSION_ID", f"{session_id!r} is not a session id")
+        problem = header_problem(header)
+        if problem is None and header["version"] != FORMAT_VERSION:
+            problem = f"header version {header['version']} is not {FORMAT_VERSION}"
+        if problem is not None:
+            raise SessionError("INVALID_HEADER", problem)
+        if session_id in self._live:
+            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
+        header = json.loads(json.dumps(header, allow_nan=False))
+        line = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        path = self.path(session_id)
+        fd = await asyncio.to_thread(self._create_file, session_id, path, line)
+        return self._publish(header, [], path, fd, len(line))
+
+    def _create_file(self, session_id: str, path: Path, line: bytes) -> int:
+        for directory in (self.home, self.sessions_dir, path.parent):
+            try:
+                os.mkdir(directory, _DIR_MODE)
+            except FileExistsError:
+                pass
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
+        except FileExistsError as exc:
+            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
+        try:
+            _lock(fd, session_id)
+            _write_all(fd, line)
+            if self.fsync:
+                os.fsync(fd)
+                _fsync_dir(path.parent)
+                _fsync_dir(self.sessions_dir)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)  # ours: O_EXCL made it, and no header means no session
+            raise
+        return fd
+
+    def _publish(self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int) -> Session:
+        live = _Live(path, fd, size)
+        live.session = Session(header, events, sink=lambda event: self._enqueue(live, event), clock=self._clock)
+        self._live[live.session.id] = live
+        return live.session
+
+    # -- write-behind --------------------------------------------------------------------------
+
+    def _enqueue(self, live: _Live, event: Event) -> None:
+        """The Session sink: synchronous; raising here keeps the event out of the log."""
+        live.queue.append(encode_line(event))
+        # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
+        if live.timer is None and live.writer is None and live.barrier is None:
+            self._arm_timer(live)
+
+    def _arm_timer(self, live: _Live) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: the queue waits for the next flush
+        if self.batch_delay_ms <= 0:
+            live.timer = loop.call_soon(self._on_timer, live)
+        else:
+            live.timer = loop.call_later(self.batch_delay_ms / 1000, self._on_timer, live)
+
+    def _on_timer(self, live: _Live) -> None:
+        live.timer = None
+        if live.writer is None and live.barrier is None and live.queue:
+            self._start_write(live)
+
+    def _start_write(self, live: _Live) -> asyncio.Task[BaseException | None]:
+        assert live.writer is None, "one write per session at a time"
+        count = len(live.queue)
+        data = b"".join(live.queue)
+        live.writer = asyncio.get_running_loop().create_task(
+            self._write(live, count, data), name=f"session-write:{live.session.id}"
+        )
+        live.writer.add_done_callback(_retrieve)
+        return live.writer
+
+    async def _write(self, live: _Live, count: int, data: bytes) -> BaseException | None:
+        """Write the head `count` lines; return the failure instead of raising it (it is remembered)."""
+        try:
+            size = await asyncio.to_thread(append_batch, self.io, live.path, data, self.fsync, live.committed)
+        except Exception as exc:
+            live.writer = None
+            live.error = exc
+            logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
+            return exc
+        except BaseException:
+            live.writer = None
+            raise
+        # Sync from here: the batch leaves the queue in the same step that records the new size.
+        live.writer = None
+        live.error = None
+        live.committed = size
+        del live.queue[:count]
+        if live.queue and live.barrier is None and live.timer is None:
+            self._arm_timer(live)  # events that arrived during the write
+        return None
+
+    async def flush(self, session: Session) -> None:
+        """Durability barrier (§5.4 item 3). Raises `CheckpointError`; the batch then stays queued."""
+        live = self._live.get(session.id)
+        if live is None or live.session is not session:
+            return
+        if live.barrier is None:
+            if not live.queue and live.writer is None:
+                return
+            live.barrier = asyncio.get_running_loop().create_task(
+                self._drain(live), name=f"session-flush:{session.id}"
+            )
+            live.barrier.add_done_callback(_retrieve)
+        await asyncio.shield(live.barrier)
+
+    async def _drain(self, live: _Live) -> None:
+        try:
+            if live.timer is not None:
+                live.timer.cancel()
+                live.timer = None
+            while True:
+                if live.writer is not None:
+                    await asyncio.shield(live.writer)  # a failure there is retried by the next pass
+                    continue
+                if not live.queue:
+                    return
+                error = await asyncio.shield(self._start_write(live))
+                if error is not None:
+                    raise CheckpointError(f"checkpoint of session {live.session.id} failed: {error}") from error
+        finally:
+            live.barrier = None
+
+    # -- close ---------------------------------------------------------------------------------
+
+    async def close(self, session: Session) -> None:
+        """Final flush (failure logged), unlock, forget. Idempotent."""
+        live = self._live.get(session.id)
+        if live is None or live.session is not session:
+            session.closed = True
+            return
+        if live.closing is None:
+            live.closing = asyncio.get_running_loop().create_task(
+                self._close(live), name=f"session-close:{session.id}"
+            )
+            live.closing.add_done_callback(_retrieve)
+        await asyncio.shield(live.closing)
+
+    async def _close(self, live: _Live) -> None:
+        session = live.session
+        session.closed = True  # nothing can be queued behind the final flush
+        try:
+            await self.flush(session)
+        except Exception as exc:
+            logger.error("session %s: final flush failed, %d events not written: %s", session.id, len(live.queue), exc)
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        try:
+            fcntl.flock(live.lock_fd, fcntl.LOCK_UN)
+        finally:
+            os.close(live.lock_fd)
+            del self._live[session.id]
+
+    # -- load ----------------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> Session:
+        """Cold resume (§5.6): read, check, lock, repair the tail, return a live session."""
+        if session_id in self._live:
+            raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
+        if not SESSION_ID_RE.match(session_id):
+            raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
+        path = self.path(session_id)
+        result, closers, fd, size = await asyncio.to_thread(self._load_file, session_id, path)
+        if session_id in self._live:  # a concurrent create/load in this store won the race
+            os.close(fd)
+            raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
+        return self._publish(result.header, result.events + closers, path, fd, size)
+
+    def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
+        raw = read_raw(path)
+        result = parse(raw, source=str(path))
+        closers = _loadable(session_id, result)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _lock(fd, session_id)
+            if os.fstat(fd).st_size != len(raw):
+                # The previous holder wrote between our read and our lock: decide on what is there now.
+                raw = read_raw(path)
+                result = parse(raw, source=str(path))
+                closers = _loadable(session_id, result)
+            size = len(raw)
+            try:
+                if result.issue is not None:
+                    size = result.issue["truncateTo"]
+                    logger.warning("session %s: truncating torn tail at byte %d", session_id, size)
+                    self.io.truncate(path, size, self.fsync)
+                if closers:
+                    logger.warning("session %s: closing interrupted turn with %d events", session_id, len(closers))
+                    data = b"".join(encode_line(event) for event in closers)
+                    size = append_batch(self.io, path, data, self.fsync, size)
+            except OSError as exc:
+                raise CheckpointError(f"repair of session {session_id} failed: {exc}") from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        return result, closers, fd, size
+
+
+def _loadable(session_id: str, result: ReadResult) -> list[Event]:
+    """The load-time refusals after `read`; returns the closers of an interrupted turn."""
+    if result.header["id"] != session_id:
+        raise SessionError("SESSION_CORRUPT", f"header id {result.header['id']} is not {session_id}")
+    for event in result.events:
+        if event["type"] not in EVENT_TYPES and not event.get("ignorable"):
+            raise SessionError("UNKNOWN_EVENT", f"unknown event type {event['type']} at seq {event['seq']}")
+    closers = interrupted_turn_closers(result.events)
+    validate_log(result.events + closers)
+    return closers

@@ -1,0 +1,37 @@
+"""Transcripts: keyless replay scenarios (SPEC §15): schema, loading with located errors, placeholders."""
+
+from __future__ import annotations
+
+from loader.transcripts.load import Transcript, format_validation_error, load_transcript
+from loader.transcripts.placeholders import (
+    PlaceholderKind,
+    UnresolvedPlaceholder,
+    resolve_placeholders,
+)
+from loader.transcripts.schema import (
+    AgentScript,
+    ErrorSpec,
+    HangSpec,
+    Reply,
+    ReplyForm,
+    ReplyUsage,
+    ToolCallSpec,
+    TranscriptSpec,
+)
+
+__all__ = [
+    "AgentScript",
+    "ErrorSpec",
+    "HangSpec",
+    "PlaceholderKind",
+    "Reply",
+    "ReplyForm",
+    "ReplyUsage",
+    "ToolCallSpec",
+    "Transcript",
+    "TranscriptSpec",
+    "UnresolvedPlaceholder",
+    "format_validation_error",
+    "load_transcript",
+    "resolve_placeholders",
+]

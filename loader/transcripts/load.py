@@ -1,0 +1,97 @@
+"""Loading a transcript file into a validated `Transcript` (SPEC §15.1, §22).
+
+Every failure a person can fix in the file is a `TranscriptError` whose message starts with
+`<file>:<line>:<col>:` (1-based): malformed YAML reports the parser's position and problem; schema
+errors report `<key.path>: <problem>` at the key (see `loader.yamlpos` for the position rules). When
+several keys are wrong, each gets its own line, in pydantic's order. An unknown shipped name or a
+missing file stays a `ConfigError` from `loader.shipped`, which lists the available names.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from loader.errors import ConfigError, TranscriptError
+from loader.shipped import resolve_name
+from loader.transcripts.schema import LocatedProblem, TranscriptSpec
+from loader.yamlpos import Loc, YamlProblem, key_path, load_yaml_with_marks, locate, plain
+
+__all__ = ["Transcript", "format_validation_error", "load_transcript"]
+
+logger = logging.getLogger(__name__)
+
+# pydantic's wording for these two reads oddly next to a YAML key; everything else is kept.
+_PROBLEM_TEXT = {"extra_forbidden": "unknown key", "missing": "required key is missing"}
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A validated transcript and the file it came from (the file stem names recordings, §15.5)."""
+
+    spec: TranscriptSpec
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def task(self) -> str:
+        return self.spec.task
+
+
+def load_transcript(value: str | Path) -> Transcript:
+    """Load a shipped transcript by name, or a file by path (a `Path`, or a str with `/` or `.yaml`)."""
+    path = _resolve(value)
+    try:
+        data = load_yaml_with_marks(path)
+    except YamlProblem as exc:
+        raise TranscriptError(str(exc)) from exc
+    if not isinstance(data, dict):
+        line, col = locate(data, ())
+        raise TranscriptError(f"{path}:{line}:{col}: a transcript must be a YAML mapping")
+    try:
+        spec = TranscriptSpec.model_validate(plain(data))
+    except ValidationError as exc:
+        raise TranscriptError(format_validation_error(path, data, exc)) from exc
+    logger.debug("loaded transcript %s from %s", spec.name, path)
+    return Transcript(spec=spec, path=path)
+
+
+def _resolve(value: str | Path) -> Path:
+    if isinstance(value, Path):
+        if not value.is_file():
+            raise ConfigError(f"{value}: no such file")
+        return value
+    return resolve_name("transcripts", value)
+
+
+def format_validation_error(path: Path, data: Any, exc: ValidationError) -> str:
+    """One `<file>:<line>:<col>: <key.path>: <problem>` line per distinct location.
+
+    Union alternatives fail at the same key with one error each; they are joined with `; ` so the
+    key appears once.
+    """
+    lines: dict[tuple[int, int, str], list[str]] = {}
+    for err in exc.errors():
+        loc: Loc = tuple(err["loc"])
+        problem = _PROBLEM_TEXT.get(err["type"], err["msg"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, LocatedProblem):
+            loc = loc + cause.loc
+            problem = str(cause)
+        elif err["type"] == "value_error" and cause is not None:
+            problem = str(cause)  # drop pydantic's "Value error, " prefix
+        line, col = locate(data, loc)
+        entry = lines.setdefault((line, col, key_path(data, loc)), [])
+        if problem not in entry:
+            entry.append(problem)
+    return "\n".join(
+        f"{path}:{line}:{col}: {keys + ': ' if keys else ''}{'; '.join(problems)}"
+        for (line, col, keys), problems in lines.items()
+    )

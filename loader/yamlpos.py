@@ -1,0 +1,155 @@
+"""YAML with source positions, so validation errors can point at a line (SPEC §14.2 item 5, §15.1).
+
+Profiles, overlays and transcripts are read with ruamel.yaml's round-trip loader because it keeps the
+line and column of every key and sequence item (`CommentedMap.lc`); pydantic only knows the abstract
+`loc` of an error. `locate` walks that `loc` through the marked data and returns the position to
+report; `key_path` renders the same walk as `a.b[0].c` for the `<key.path>` part of the message.
+
+Position rules (our decision, shared by every loader):
+- a key that exists (including an unknown key) reports the key's own position;
+- a missing key reports the position of its parent mapping (the key naming that mapping, or the
+  document start for the top level);
+- loc parts that are not data (pydantic union tags such as `str`, the `[key]` marker of dict-key
+  errors) end the walk at the last real node.
+
+Lines and columns are 1-based in everything this module returns; ruamel's marks are 0-based.
+
+Validation runs on `plain(data)`, a deep copy in builtin types, so validated models never hold
+ruamel's `CommentedMap`/`ScalarString` subclasses; the marked original is kept only for `locate`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+__all__ = ["Loc", "YamlProblem", "key_path", "load_yaml_with_marks", "locate", "plain"]
+
+logger = logging.getLogger(__name__)
+
+Loc = tuple[int | str, ...]
+"""A pydantic error `loc`: mapping keys and sequence indexes from the document root."""
+
+_DICT_KEY_MARKER = "[key]"
+
+
+class YamlProblem(Exception):
+    """A file that is not well-formed YAML. `str()` is `<file>:<line>:<col>: <parser problem>`.
+
+    Callers re-raise it as their own error type (`ConfigError`, `TranscriptError`) so the exit code
+    stays theirs; this module stays free of those layers.
+    """
+
+    def __init__(self, path: Path, line: int, col: int, problem: str) -> None:
+        super().__init__(f"{path}:{line}:{col}: {problem}")
+        self.path = path
+        self.line = line
+        self.col = col
+        self.problem = problem
+
+
+def load_yaml_with_marks(path: Path) -> Any:
+    """Parse `path` with the round-trip loader; duplicate keys are errors (ruamel's default).
+
+    Returns `CommentedMap`/`CommentedSeq`/scalars, or `None` for an empty document.
+    """
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise YamlProblem(path, 1, 1, f"not UTF-8 text: {exc.reason}") from exc
+    try:
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        raise _problem_from(path, exc) from exc
+    except YAMLError as exc:  # unmarked ruamel errors are rare; report them at the file start
+        raise YamlProblem(path, 1, 1, str(exc).strip()) from exc
+
+
+def _problem_from(path: Path, exc: MarkedYAMLError) -> YamlProblem:
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    problem = (exc.problem or exc.context or "invalid YAML").strip()
+    if exc.context and exc.problem and "duplicate key" not in exc.problem:
+        # "while parsing a flow sequence: expected ',' or ']'" reads better than the bare problem.
+        problem = f"{exc.context.strip()}: {problem}"
+    return YamlProblem(path, line, col, problem)
+
+
+def plain(data: Any) -> Any:
+    """Deep copy into builtin dict/list/str/int/float/bool so validated models hold no ruamel types."""
+    if isinstance(data, dict):
+        return {plain(k): plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    if isinstance(data, bool) or data is None:
+        return data
+    if isinstance(data, str):
+        return str(data)
+    if isinstance(data, int):
+        return int(data)
+    if isinstance(data, float):
+        return float(data)
+    return data
+
+
+def locate(data: Any, loc: Loc) -> tuple[int, int]:
+    """The 1-based (line, col) to report for an error at `loc` (rules in the module docstring)."""
+    line, col, _ = _walk(data, loc)
+    return line, col
+
+
+def key_path(data: Any, loc: Loc) -> str:
+    """`loc` rendered as `agents.root.replies[0].text`, keeping only parts that name data."""
+    _, _, parts = _walk(data, loc)
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _walk(data: Any, loc: Loc) -> tuple[int, int, list[int | str]]:
+    node = data
+    line, col = _node_start(data)
+    parts: list[int | str] = []
+    for part in loc:
+        if part == _DICT_KEY_MARKER:
+            break  # the previous step already sits on the offending key
+        if isinstance(node, CommentedMap):
+            if part not in node:
+                # Missing key: report the parent mapping's position, but name the key.
+                if isinstance(part, str):
+                    parts.append(part)
+                break
+            line, col = _one_based(node.lc.key(part))
+            parts.append(part)
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line, col = _one_based(node.lc.item(part))
+            parts.append(part)
+            node = node[part]
+        else:
+            break  # a scalar, or a loc part that is a pydantic tag rather than data
+    return line, col, parts
+
+
+def _node_start(node: Any) -> tuple[int, int]:
+    lc = getattr(node, "lc", None)
+    if lc is None or lc.line is None:
+        return 1, 1
+    return lc.line + 1, lc.col + 1
+
+
+def _one_based(pos: tuple[int, int] | None) -> tuple[int, int]:
+    if pos is None:
+        return 1, 1
+    return pos[0] + 1, pos[1] + 1

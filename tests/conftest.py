@@ -1,0 +1,130 @@
+"""Shared fixtures: a network-free world, a temporary home whose logs are validated at teardown, and a
+small runtime builder that drives the real `Agent` over the JSONL store with `ReplayProvider` at the
+model seam."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import respx
+
+from loader.agent import Agent, AgentOptions, AgentRegistry
+from loader.models import ModelRequest, ReplayProvider
+from loader.session import SessionStore, make_header, read, validate_log
+from loader.transcripts import load_transcript
+
+
+@pytest.fixture(autouse=True)
+def _no_network() -> Iterator[None]:
+    """Every test runs with the network mocked and no routes: a stray request fails the test."""
+    with respx.mock(assert_all_mocked=True):
+        yield
+
+
+def validate_home(home: Path) -> int:
+    """validate_log over every session file under `home`; returns how many were checked."""
+    count = 0
+    for path in sorted((home / "sessions").glob("*/session.jsonl")):
+        result = read(path)
+        validate_log(result.events)
+        count += 1
+    return count
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A fresh $DSH_HOME; every event log written under it must pass validate_log at teardown."""
+    root = tmp_path / "home"
+    yield root
+    validate_home(root)
+
+
+class CountingProvider:
+    """Test double at the model seam: forwards to a provider and records each request it serves."""
+
+    def __init__(self, inner: ReplayProvider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.requests: list[ModelRequest] = []
+        self.gate: asyncio.Event | None = None
+
+    def stream(self, request: ModelRequest, signal: Any, on_retry: Any) -> AsyncIterator[Any]:
+        self.requests.append(request)
+        return self.inner.stream(request, signal, on_retry)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def write_transcript(directory: Path, agents: dict[str, Any], **extra: Any) -> Path:
+    doc = {"version": 1, "name": extra.pop("name", "inline"), "task": extra.pop("task", "go"), **extra}
+    doc["agents"] = agents
+    path = directory / f"{doc['name']}.yaml"
+    path.write_text(json.dumps(doc, indent=1))  # JSON is YAML
+    return path
+
+
+@dataclass
+class Runtime:
+    """A root agent on the real loop and store, scripted by replay replies."""
+
+    home: Path
+    store: SessionStore
+    registry: AgentRegistry
+    provider: CountingProvider
+    replay: ReplayProvider
+    agents: list[Agent] = field(default_factory=list)
+
+    async def new_agent(self, key: str = "root", **options: Any) -> Agent:
+        session = await self.store.create(make_header(f"session-test-{len(self.agents)}-{key}"))
+        if key == "root":
+            self.replay.bind_root(session.id)
+        agent = Agent(
+            session,
+            store=self.store,
+            provider=self.provider,
+            options=AgentOptions(**options),
+            registry=self.registry,
+        )
+        self.registry.register(agent)
+        self.agents.append(agent)
+        return agent
+
+    def forget(self, agent: Agent) -> None:
+        """Drop a handle whose session the test closed by hand (a simulated process exit)."""
+        self.agents.remove(agent)
+        self.registry.unregister(agent)
+
+    async def close(self) -> None:
+        for agent in self.agents:
+            await agent.dispose()
+
+
+@pytest.fixture
+async def make_runtime(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
+    runtimes: list[Runtime] = []
+
+    async def factory(
+        replies: list[dict[str, Any]] | None = None,
+        *,
+        agents: dict[str, Any] | None = None,
+        batch_delay_ms: int = 0,
+        io: Any = None,
+    ) -> Runtime:
+        spec = agents or {"root": {"replies": replies or []}}
+        script = load_transcript(write_transcript(tmp_path, spec, name=f"inline-{len(runtimes)}"))
+        replay = ReplayProvider(script)
+        store = SessionStore(home, batch_delay_ms=batch_delay_ms, fsync=False, io=io)
+        rt = Runtime(home=home, store=store, registry=AgentRegistry(), provider=CountingProvider(replay), replay=replay)
+        runtimes.append(rt)
+        return rt
+
+    yield factory
+    for rt in runtimes:
+        await rt.close()
