@@ -1,9 +1,9 @@
 """YAML with source positions, so validation errors can point at a line (SPEC §14.2 item 5, §15.1).
 
-Profiles, overlays and transcripts are read with ruamel.yaml's round-trip loader because it keeps the
-line and column of every key and sequence item (`CommentedMap.lc`); pydantic only knows the abstract
-`loc` of an error. `locate` walks that `loc` through the marked data and returns the position to
-report; `key_path` renders the same walk as `a.b[0].c` for the `<key.path>` part of the message.
+Profiles, overlays and transcripts are read with ruamel.yaml's round-trip loader because it keeps
+the line and column of every key and sequence item (`CommentedMap.lc`); pydantic only knows the
+abstract `loc` of an error. `locate` walks that `loc` through the marked data and returns the
+position to report; `key_path` renders the same walk as `a.b[0].c` for the `<key.path>` part.
 
 Position rules (our decision, shared by every loader):
 - a key that exists (including an unknown key) reports the key's own position;
@@ -83,7 +83,7 @@ def _problem_from(path: Path, exc: MarkedYAMLError) -> YamlProblem:
 
 
 def plain(data: Any) -> Any:
-    """Deep copy into builtin dict/list/str/int/float/bool so validated models hold no ruamel types."""
+    """Deep copy into builtin dict/list/str/int/float so validated models hold no ruamel types."""
     if isinstance(data, dict):
         return {plain(k): plain(v) for k, v in data.items()}
     if isinstance(data, list):

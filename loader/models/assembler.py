@@ -8,7 +8,8 @@ Invariants of `result().content`:
   object every tool accepts, so a later `json.loads` never sees an empty document);
 - a call whose stream never carried an id gets `call-<index>` (Decision: the index is stable and
   unique within the message; if a provider already used that id for another call, `-<k>` is
-  appended). A call that never carried a name keeps `""`, and tool execution reports the unknown tool.
+  appended). A call that never carried a name keeps `""`; tool execution then reports the
+  unknown tool.
 
 Chunks after `Finish` are accepted: OpenAI-compatible streams send usage after the finish reason.
 When several `Usage` or `Finish` chunks arrive, the last one wins.
@@ -110,7 +111,12 @@ class Assembler:
                 logger.warning("tool call %s (index %d) arrived without a name", call_id, index)
             arguments = "".join(parts.arguments) or "{}"
             blocks.append(
-                {"type": "tool-call", "id": call_id, "name": parts.name or "", "arguments": arguments}
+                {
+                    "type": "tool-call",
+                    "id": call_id,
+                    "name": parts.name or "",
+                    "arguments": arguments,
+                }
             )
         return blocks
 

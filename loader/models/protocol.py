@@ -91,7 +91,7 @@ class ModelRequest:
 
 
 OnRetry = Callable[[int, int, str, int | None], None]
-"""`on_retry(attempt, delay_ms, code, status)`: called before each retry sleep; becomes `llm/retry`."""
+"""`on_retry(attempt, delay_ms, code, status)`, called before each retry sleep (`llm/retry`)."""
 
 
 class ModelProvider(Protocol):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,7 +155,7 @@ class ReplayProvider:
 
     async def stream(
         self, request: ModelRequest, signal: AbortSignal, on_retry: OnRetry
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         signal.throw_if_aborted()
         key, served = self._serve(request)
         for chunk in served.chunks:
@@ -165,7 +165,8 @@ class ReplayProvider:
         if served.form == "hang":
             # Reached only once the consumer resumed us past the prefix, i.e. consumed it (§16.1).
             self._reach_hang(key)
-            # shield: cancelling this await (a hard stop) must not cancel the signal's shared future.
+            # shield: cancelling this read (hard stop) must not cancel the signal's shared future,
+            # which other tasks may be awaiting.
             await asyncio.shield(signal.wait())
             raise Aborted(signal.reason)
 

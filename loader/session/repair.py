@@ -80,7 +80,9 @@ def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
     # NEWER_FORMAT is decided before any other check (§5.1): a newer writer may change everything else.
     version = header.get("version")
     if type(version) is int and version > FORMAT_VERSION:
-        raise SessionError("NEWER_FORMAT", f"{source}: format version {version} is newer than {FORMAT_VERSION}")
+        raise SessionError(
+            "NEWER_FORMAT", f"{source}: format version {version} is newer than {FORMAT_VERSION}"
+        )
     problem = header_problem(header)
     if problem is not None:
         raise SessionError("SESSION_CORRUPT", f"{source}: {problem}")
@@ -130,7 +132,10 @@ def _tool_call_ids(message: Any) -> list[str]:
 
 
 def _repair_result(turn: int, step: int, call_id: str, seq: int, recorded: bool) -> dict[str, Any]:
-    code, tid = ("TOOL_OUTCOME_UNKNOWN", "T-REPAIR-UNKNOWN") if recorded else ("TOOL_NOT_STARTED", "T-REPAIR-NOT-STARTED")
+    if recorded:  # the call started: its effect may have happened
+        code, tid = "TOOL_OUTCOME_UNKNOWN", "T-REPAIR-UNKNOWN"
+    else:
+        code, tid = "TOOL_NOT_STARTED", "T-REPAIR-NOT-STARTED"
     text = render(tid)
     message = {
         "id": f"repair-{call_id}-{seq}",
@@ -145,7 +150,8 @@ def _repair_result(turn: int, step: int, call_id: str, seq: int, recorded: bool)
             }
         ],
     }
-    return {"turn": turn, "step": step, "callId": call_id, "message": message, "error": {"code": code, "message": text}}
+    error = {"code": code, "message": text}
+    return {"turn": turn, "step": step, "callId": call_id, "message": message, "error": error}
 
 
 def interrupted_turn_closers(events: list[Event]) -> list[Event]:

@@ -33,7 +33,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import SESSION_ID_RE
@@ -163,6 +163,28 @@ class _Live:
         self.error: BaseException | None = None  # the last write failure, cleared by a success
 
 
+_T = TypeVar("_T")
+
+
+async def _locking_call(fd_of: Callable[[_T], int], fn: Callable[..., _T], *args: Any) -> _T:
+    """Run `fn` in a thread; if our caller is cancelled meanwhile, close the lock fd it opens.
+
+    A thread cannot be cancelled: without this, a cancelled `create`/`load` would leave the file
+    locked by a descriptor nobody owns until the process exits.
+    """
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def release(done: asyncio.Future[_T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                os.close(fd_of(done.result()))
+
+        future.add_done_callback(release)
+        raise
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     # Shared tasks are awaited through shield(); mark the exception retrieved even if nobody stayed.
     if not task.cancelled():
@@ -229,13 +251,14 @@ class SessionStore:
         if session_id in self._live:
             raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
         header = json.loads(json.dumps(header, allow_nan=False))
-        line = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        line = encode_line(header)
         path = self.path(session_id)
-        fd = await asyncio.to_thread(self._create_file, session_id, path, line)
+        fd = await _locking_call(lambda fd: fd, self._create_file, session_id, path, line)
         return self._publish(header, [], path, fd, len(line))
 
     def _create_file(self, session_id: str, path: Path, line: bytes) -> int:
-        for directory in (self.home, self.sessions_dir, path.parent):
+        missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+        for directory in reversed(missing):  # every directory we create is 0700, parents included
             try:
                 os.mkdir(directory, _DIR_MODE)
             except FileExistsError:
@@ -245,21 +268,31 @@ class SessionStore:
         except FileExistsError as exc:
             raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
         try:
-            _lock(fd, session_id)
+            _lock(fd, session_id)  # busy only if another run opened our new file first: leave it
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
             _write_all(fd, line)
             if self.fsync:
                 os.fsync(fd)
                 _fsync_dir(path.parent)
                 _fsync_dir(self.sessions_dir)
         except BaseException:
+            path.unlink(missing_ok=True)  # ours and locked: without a header it is no session
             os.close(fd)
-            path.unlink(missing_ok=True)  # ours: O_EXCL made it, and no header means no session
             raise
         return fd
 
-    def _publish(self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int) -> Session:
+    def _publish(
+        self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int
+    ) -> Session:
         live = _Live(path, fd, size)
-        live.session = Session(header, events, sink=lambda event: self._enqueue(live, event), clock=self._clock)
+
+        def sink(event: Event) -> None:
+            self._enqueue(live, event)
+
+        live.session = Session(header, events, sink=sink, clock=self._clock)
         self._live[live.session.id] = live
         return live.session
 
@@ -345,7 +378,8 @@ class SessionStore:
                     return
                 error = await asyncio.shield(self._start_write(live))
                 if error is not None:
-                    raise CheckpointError(f"checkpoint of session {live.session.id} failed: {error}") from error
+                    message = f"checkpoint of session {live.session.id} failed: {error}"
+                    raise CheckpointError(message) from error
         finally:
             live.barrier = None
 
@@ -370,7 +404,10 @@ class SessionStore:
         try:
             await self.flush(session)
         except Exception as exc:
-            logger.error("session %s: final flush failed, %d events not written: %s", session.id, len(live.queue), exc)
+            logger.error(
+                "session %s: final flush failed, %d events not written: %s",
+                session.id, len(live.queue), exc,
+            )
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
@@ -389,7 +426,7 @@ class SessionStore:
         if not SESSION_ID_RE.match(session_id):
             raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
         path = self.path(session_id)
-        result, closers, fd, size = await asyncio.to_thread(self._load_file, session_id, path)
+        result, closers, fd, size = await _locking_call(lambda r: r[2], self._load_file, session_id, path)
         if session_id in self._live:  # a concurrent create/load in this store won the race
             os.close(fd)
             raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
@@ -414,7 +451,9 @@ class SessionStore:
                     logger.warning("session %s: truncating torn tail at byte %d", session_id, size)
                     self.io.truncate(path, size, self.fsync)
                 if closers:
-                    logger.warning("session %s: closing interrupted turn with %d events", session_id, len(closers))
+                    logger.warning(
+                        "session %s: closing interrupted turn with %d events", session_id, len(closers)
+                    )
                     data = b"".join(encode_line(event) for event in closers)
                     size = append_batch(self.io, path, data, self.fsync, size)
             except OSError as exc:

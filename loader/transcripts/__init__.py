@@ -1,4 +1,4 @@
-"""Transcripts: keyless replay scenarios (SPEC §15): schema, loading with located errors, placeholders."""
+"""Transcripts, keyless replay scenarios (SPEC §15): schema, located loading, placeholders."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class Transcript:
 
 
 def load_transcript(value: str | Path) -> Transcript:
-    """Load a shipped transcript by name, or a file by path (a `Path`, or a str with `/` or `.yaml`)."""
+    """Load a shipped transcript by name, or a file by path (`Path`, or str with `/` or `.yaml`)."""
     path = _resolve(value)
     try:
         data = load_yaml_with_marks(path)

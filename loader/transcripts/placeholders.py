@@ -34,7 +34,8 @@ def resolve_placeholders(value: Any, lookup: Callable[[PlaceholderKind, str], st
         return _resolve_str(value, lookup)
     if isinstance(value, dict):
         return {
-            resolve_placeholders(k, lookup): resolve_placeholders(v, lookup) for k, v in value.items()
+            resolve_placeholders(k, lookup): resolve_placeholders(v, lookup)
+            for k, v in value.items()
         }
     if isinstance(value, list):
         return [resolve_placeholders(v, lookup) for v in value]

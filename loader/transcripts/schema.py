@@ -1,16 +1,16 @@
 """Transcript schema (SPEC §15.1): keyless replay scenarios as pydantic models.
 
 Every model forbids unknown keys and takes camelCase keys (snake_case names also work). Validation
-that spans the whole document (tool call ids unique, `spawnedBy` targets, `order` 1..k, root/child
-binding keys) lives in `TranscriptSpec`'s after-validator and raises `LocatedProblem`, a `ValueError`
-carrying the `loc` of the offending key *relative to the model that raised it*. pydantic keeps the
-exception in the error's `ctx["error"]`, so the loader can point at the exact key instead of at the
-document root.
+that spans the whole document (tool call ids unique, `spawnedBy` targets, `order` 1..k, root and
+child binding keys) lives in `TranscriptSpec`'s after-validator and raises `LocatedProblem`, a
+`ValueError` carrying the `loc` of the offending key *relative to the model that raised it*.
+pydantic keeps the exception in the error's `ctx["error"]`, so the loader can point at the exact key
+instead of at the document root.
 
 Decisions where §15.1 leaves room:
 - A reply must have at least one key: `{}` is rejected (a recorder never writes it).
-- `toolCalls[].arguments` is required; a string is kept verbatim and not parsed, because the recorder
-  writes invalid JSON from the model as the raw string (§15.5).
+- `toolCalls[].arguments` is required; a string is kept verbatim and not parsed, because the
+  recorder writes invalid JSON from the model as the raw string (§15.5).
 - `hang:` with a null value means `hang: {}`.
 - Two children may not name the same `spawnedBy` call (binding would always conflict).
 - `fences` are kept as raw mappings; `loader.fences` validates them.
@@ -177,10 +177,13 @@ def _check_binding_keys(spec: TranscriptSpec) -> LocatedProblem | None:
         return LocatedProblem(("agents", "root", "order"), "root cannot have order")
     for key, script in spec.children().items():
         if script.spawned_by is None and script.order is None:
-            return LocatedProblem(("agents", key), "a child needs exactly one of spawnedBy or order")
+            return LocatedProblem(
+                ("agents", key), "a child needs exactly one of spawnedBy or order"
+            )
         if script.spawned_by is not None and script.order is not None:
             return LocatedProblem(
-                ("agents", key, "order"), "a child needs exactly one of spawnedBy or order, not both"
+                ("agents", key, "order"),
+                "a child needs exactly one of spawnedBy or order, not both",
             )
     return None
 
@@ -219,7 +222,9 @@ def _check_spawned_by(spec: TranscriptSpec) -> LocatedProblem | None:
         if spawner[call_id] == key:
             return LocatedProblem(loc, f"{call_id!r} is this agent's own tool call")
         if call_id in claimed:
-            return LocatedProblem(loc, f"{call_id!r} is already the spawnedBy of {claimed[call_id]}")
+            return LocatedProblem(
+                loc, f"{call_id!r} is already the spawnedBy of {claimed[call_id]}"
+            )
         claimed[call_id] = key
     return None
 

@@ -53,7 +53,10 @@ def test_first_id_and_name_seen_win_over_later_ones() -> None:
 
 def test_text_and_reasoning_are_concatenated_into_one_block_each() -> None:
     result = assemble(
-        TextDelta("Hel"), ReasoningDelta("think "), TextDelta("lo"), ReasoningDelta("hard"),
+        TextDelta("Hel"),
+        ReasoningDelta("think "),
+        TextDelta("lo"),
+        ReasoningDelta("hard"),
         Finish("stop"),
     ).result()
 
@@ -144,7 +147,9 @@ def test_a_stream_without_finish_is_an_incomplete_stream() -> None:
 
 def test_partial_content_keeps_reasoning_and_text_but_not_tool_calls() -> None:
     assembler = assemble(
-        TextDelta("par"), ToolCallDelta(0, "c", "report", '{"out'), ReasoningDelta("r"),
+        TextDelta("par"),
+        ToolCallDelta(0, "c", "report", '{"out'),
+        ReasoningDelta("r"),
         TextDelta("tial"),
     )
 

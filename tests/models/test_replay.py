@@ -71,7 +71,12 @@ async def fails_with(replay: ReplayProvider, session_id: str = "root-session") -
 
 
 def child(call_id: str | None) -> dict[str, Any]:
-    descriptor: dict[str, Any] = {"version": 1, "mode": "continuable", "provider": "spawn", "label": "x"}
+    descriptor: dict[str, Any] = {
+        "version": 1,
+        "mode": "continuable",
+        "provider": "spawn",
+        "label": "x",
+    }
     if call_id is not None:
         descriptor["spawnCallId"] = call_id
     return descriptor
@@ -85,16 +90,24 @@ def sa(call_id: str) -> dict[str, Any]:
 
 
 async def test_message_reply_is_served_one_delta_per_field_then_usage_then_finish() -> None:
-    replay = provider({"root": {"replies": [{
-        "reasoning": "why",
-        "text": "hello",
-        "toolCalls": [
-            {"id": "a", "name": "report", "arguments": {"output": "é x"}},
-            {"id": "b", "name": "report", "arguments": '{"output" : "raw"}'},
-        ],
-        "usage": {"inputTokens": 7, "outputTokens": 2},
-        "finish": "max-tokens",
-    }]}})
+    replay = provider(
+        {
+            "root": {
+                "replies": [
+                    {
+                        "reasoning": "why",
+                        "text": "hello",
+                        "toolCalls": [
+                            {"id": "a", "name": "report", "arguments": {"output": "é x"}},
+                            {"id": "b", "name": "report", "arguments": '{"output" : "raw"}'},
+                        ],
+                        "usage": {"inputTokens": 7, "outputTokens": 2},
+                        "finish": "max-tokens",
+                    }
+                ]
+            }
+        }
+    )
 
     assert await collect(replay) == [
         ReasoningDelta("why"),
@@ -121,9 +134,18 @@ async def test_finish_defaults_to_tool_calls_when_the_reply_has_tool_calls() -> 
 
 
 async def test_error_reply_streams_its_prefix_then_raises_the_provider_error() -> None:
-    replay = provider({"root": {"replies": [
-        {"text": "part", "error": {"code": "RATE_LIMITED", "message": "slow down", "status": 429}}
-    ]}})
+    replay = provider(
+        {
+            "root": {
+                "replies": [
+                    {
+                        "text": "part",
+                        "error": {"code": "RATE_LIMITED", "message": "slow down", "status": 429},
+                    }
+                ]
+            }
+        }
+    )
     seen: list[Chunk] = []
 
     with pytest.raises(ProviderError) as info:
@@ -132,7 +154,9 @@ async def test_error_reply_streams_its_prefix_then_raises_the_provider_error() -
 
     assert seen == [TextDelta("part")]
     assert (info.value.code, info.value.message, info.value.status) == (
-        "RATE_LIMITED", "slow down", 429,
+        "RATE_LIMITED",
+        "slow down",
+        429,
     )
     assert replay.violations == []
 
@@ -175,17 +199,22 @@ async def test_a_request_beyond_the_script_is_a_violation_and_a_provider_error()
 
 
 async def test_finish_checks_report_partly_consumed_and_unbound_scripts_once() -> None:
-    replay = provider({
-        "root": {"replies": [{"toolCalls": [sa("start")]}, {"text": "done"}, {"text": "extra"}]},
-        "child": {"spawnedBy": "start", "replies": [{"text": "c"}]},
-    })
+    replay = provider(
+        {
+            "root": {
+                "replies": [{"toolCalls": [sa("start")]}, {"text": "done"}, {"text": "extra"}]
+            },
+            "child": {"spawnedBy": "start", "replies": [{"text": "c"}]},
+        }
+    )
     await collect(replay)
 
     first = replay.finish_checks()
     second = replay.finish_checks()
 
     assert [(v["code"], v["agent"]) for v in first] == [
-        ("REPLAY_UNCONSUMED", "root"), ("REPLAY_UNCONSUMED", "child"),
+        ("REPLAY_UNCONSUMED", "root"),
+        ("REPLAY_UNCONSUMED", "child"),
     ]
     assert "1/3" in first[0]["message"]
     assert second == first
@@ -204,11 +233,13 @@ async def test_finish_checks_are_empty_when_every_reply_was_served() -> None:
 
 
 async def test_children_bind_by_spawned_by_whatever_their_creation_order() -> None:
-    replay = provider({
-        "root": {"replies": [{"toolCalls": [sa("c1"), sa("c2")]}]},
-        "w1": {"spawnedBy": "c1", "replies": [{"text": "W1"}]},
-        "w2": {"spawnedBy": "c2", "replies": [{"text": "W2"}]},
-    })
+    replay = provider(
+        {
+            "root": {"replies": [{"toolCalls": [sa("c1"), sa("c2")]}]},
+            "w1": {"spawnedBy": "c1", "replies": [{"text": "W1"}]},
+            "w2": {"spawnedBy": "c2", "replies": [{"text": "W2"}]},
+        }
+    )
 
     replay.bind_child("s2", child("c2"))
     replay.bind_child("s1", child("c1"))
@@ -219,12 +250,14 @@ async def test_children_bind_by_spawned_by_whatever_their_creation_order() -> No
 
 
 async def test_order_counts_only_children_that_did_not_bind_by_spawned_by() -> None:
-    replay = provider({
-        "root": {"replies": [{"toolCalls": [sa("keyed")]}]},
-        "keyed": {"spawnedBy": "keyed", "replies": [{"text": "K"}]},
-        "first": {"order": 1, "replies": [{"text": "F"}]},
-        "second": {"order": 2, "replies": [{"text": "S"}]},
-    })
+    replay = provider(
+        {
+            "root": {"replies": [{"toolCalls": [sa("keyed")]}]},
+            "keyed": {"spawnedBy": "keyed", "replies": [{"text": "K"}]},
+            "first": {"order": 1, "replies": [{"text": "F"}]},
+            "second": {"order": 2, "replies": [{"text": "S"}]},
+        }
+    )
 
     replay.bind_child("a", child("unscripted-call"))
     replay.bind_child("k", child("keyed"))
@@ -234,11 +267,13 @@ async def test_order_counts_only_children_that_did_not_bind_by_spawned_by() -> N
 
 
 async def test_a_second_child_of_the_same_spawn_call_is_a_binding_conflict_and_unrecorded() -> None:
-    replay = provider({
-        "root": {"replies": [{"toolCalls": [sa("start")]}]},
-        "child": {"spawnedBy": "start", "replies": [{"text": "C"}]},
-        "spare": {"order": 1, "replies": [{"text": "S"}]},
-    })
+    replay = provider(
+        {
+            "root": {"replies": [{"toolCalls": [sa("start")]}]},
+            "child": {"spawnedBy": "start", "replies": [{"text": "C"}]},
+            "spare": {"order": 1, "replies": [{"text": "S"}]},
+        }
+    )
     replay.bind_child("s1", child("start"))
 
     replay.bind_child("s2", child("start"))
@@ -266,11 +301,13 @@ async def test_a_child_with_no_matching_script_is_unrecorded_and_each_request_fa
 
 
 async def test_rebinding_a_cold_resumed_child_keeps_its_script_and_cursor() -> None:
-    replay = provider({
-        "root": {"replies": [{"text": "r"}]},
-        "worker": {"order": 1, "replies": [{"text": "FIRST"}, {"text": "SECOND"}]},
-        "other": {"order": 2, "replies": [{"text": "OTHER"}]},
-    })
+    replay = provider(
+        {
+            "root": {"replies": [{"text": "r"}]},
+            "worker": {"order": 1, "replies": [{"text": "FIRST"}, {"text": "SECOND"}]},
+            "other": {"order": 2, "replies": [{"text": "OTHER"}]},
+        }
+    )
     replay.bind_child("w", child(None))
     await collect(replay, "w")
 
@@ -286,19 +323,26 @@ async def test_rebinding_a_cold_resumed_child_keeps_its_script_and_cursor() -> N
 
 
 async def test_child_and_session_placeholders_resolve_to_live_session_ids_when_served() -> None:
-    replay = provider({
-        "root": {"replies": [
-            {"toolCalls": [sa("start")]},
-            {
-                "text": "child {{child:start}} and me {{session:root}}",
-                "toolCalls": [{
-                    "id": "send", "name": "send_message",
-                    "arguments": {"id": "{{session:worker}}", "content": "x"},
-                }],
+    replay = provider(
+        {
+            "root": {
+                "replies": [
+                    {"toolCalls": [sa("start")]},
+                    {
+                        "text": "child {{child:start}} and me {{session:root}}",
+                        "toolCalls": [
+                            {
+                                "id": "send",
+                                "name": "send_message",
+                                "arguments": {"id": "{{session:worker}}", "content": "x"},
+                            }
+                        ],
+                    },
+                ]
             },
-        ]},
-        "worker": {"spawnedBy": "start", "replies": [{"text": "w"}]},
-    })
+            "worker": {"spawnedBy": "start", "replies": [{"text": "w"}]},
+        }
+    )
     await collect(replay)
     replay.bind_child("child-123", child("start"))
 
@@ -327,12 +371,17 @@ async def test_hang_streams_its_prefix_is_reached_after_consumption_and_ends_on_
     controller = AbortController()
     reached = asyncio.Event()
     heard: list[str] = []
-    replay.add_hang_listener(lambda key: (heard.append(key), reached.set()))
+
+    def on_hang(key: str) -> None:
+        heard.append(key)
+        reached.set()
+
+    replay.add_hang_listener(on_hang)
     chunks = replay.stream(request(), controller.signal, ignore_retry)
 
     assert await anext(chunks) == TextDelta("partial")
     assert not replay.hang_reached("root")
-    rest = asyncio.create_task(anext(chunks))
+    rest = asyncio.ensure_future(anext(chunks))
     await reached.wait()
     assert replay.hang_reached("root") and heard == ["root"]
     assert not rest.done()
@@ -359,22 +408,25 @@ async def test_hang_without_prefix_is_reached_on_the_first_read() -> None:
         await read
 
 
-async def test_cancelling_a_hung_read_leaves_the_signal_usable() -> None:
+async def test_cancelling_a_hung_read_does_not_cancel_other_waiters_on_the_signal() -> None:
     replay = provider({"root": {"replies": [{"hang": {}}]}})
     controller = AbortController()
     reached = asyncio.Event()
     replay.add_hang_listener(lambda key: reached.set())
+
+    async def other_waiter() -> dict[str, Any]:
+        return await controller.signal.wait()
+
+    other = asyncio.create_task(other_waiter())
     read = asyncio.create_task(collect(replay, signal=controller.signal))
     await reached.wait()
 
     read.cancel()
     with pytest.raises(asyncio.CancelledError):
         await read
-
-    waiter = controller.signal.wait()
-    assert not waiter.cancelled()
     controller.abort({"kind": "user"})
-    assert await waiter == {"kind": "user"}
+
+    assert await other == {"kind": "user"}
 
 
 async def test_an_unsubscribed_hang_listener_is_not_called() -> None:

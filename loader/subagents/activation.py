@@ -1,0 +1,60 @@
+"""The Activation record (SPEC §8.3): one residency (epoch) of a continuable child, process-local.
+
+Invariant: `disposal is None` <=> teardown has not begun. Its presence is the admission cutoff that
+span S4 checks, so it is assigned in the same span that opens the teardown (S5).
+Invariant: `accepted` holds ids of waking messages the manager submitted that are still in the
+child's inbox; while non-empty the child reads `running` and cannot settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from loader.agent import Agent
+
+__all__ = ["Activation", "ActivationState", "state_of"]
+
+ActivationState = Literal["running", "waiting", "settled"]
+
+
+@dataclass(eq=False)
+class Activation:
+    child_id: str
+    parent_session: str
+    agent: Agent
+    ancestry: weakref.WeakSet[Agent]
+    boundary: int
+    epoch: int
+    owned_children: set[str] = field(default_factory=set)
+    disposal: asyncio.Future[None] | None = None
+    accepted: set[str] = field(default_factory=set)
+    announced: bool = False
+    resident: bool = False  # materialization finished; interrupts before this are accepted no-ops
+    poke: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    watcher: asyncio.Task[None] | None = None
+
+    def renew_poke(self) -> None:
+        """Resolve-and-replace: wakes whoever awaits the current poke; later waiters get a new one."""
+        old = self.poke
+        self.poke = asyncio.get_running_loop().create_future()
+        if not old.done():
+            old.set_result(None)
+
+    @property
+    def parked(self) -> bool:
+        """Resident, idle, holding accepted waking work no driver runs (§10.3)."""
+        from loader.agent import Idle
+
+        return isinstance(self.agent.phase, Idle) and bool(self.accepted) and self.disposal is None
+
+
+def state_of(a: Activation) -> ActivationState:
+    if a.agent.status == "running" or a.accepted:
+        return "running"
+    if a.owned_children:
+        return "waiting"
+    return "settled"

@@ -1,0 +1,12 @@
+"""Constructors for the manager's typed errors (SPEC §12.6), so each wording lives in `texts.py`."""
+
+from __future__ import annotations
+
+from loader.errors import SubagentError
+from loader.texts import render
+
+__all__ = ["err"]
+
+
+def err(code: str, tid: str, **values: object) -> SubagentError:
+    return SubagentError(code, render(tid, **values))

@@ -1,0 +1,137 @@
+"""Listing background subagents (SPEC §12.2 `list_agents`, reused by RPC `subagent.list`).
+
+Reads session headers and descriptor lines under `$DSH_HOME/sessions` (cached by file size and
+mtime, so repeated listings re-read only files that changed) and joins them with residency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from loader.subagents.activation import Activation
+
+if TYPE_CHECKING:
+    from loader.subagents.manager import ContinuationManager
+
+__all__ = ["Catalogue", "CatalogueEntry", "list_agents", "status_of"]
+
+_MAX_SCAN_LINES = 64
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    id: str
+    header: dict[str, Any] | None
+    descriptor: dict[str, Any] | None
+
+    @property
+    def readable(self) -> bool:
+        return self.header is not None
+
+
+class Catalogue:
+    def __init__(self, sessions_dir: Path) -> None:
+        self.sessions_dir = sessions_dir
+        self._cache: dict[str, tuple[tuple[int, int], CatalogueEntry]] = {}
+
+    def entries(self) -> list[CatalogueEntry]:
+        out: list[CatalogueEntry] = []
+        try:
+            names = sorted(os.listdir(self.sessions_dir))
+        except FileNotFoundError:
+            return out
+        for name in names:
+            path = self.sessions_dir / name / "session.jsonl"
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            key = (st.st_size, st.st_mtime_ns)
+            cached = self._cache.get(name)
+            if cached is None or cached[0] != key:
+                cached = (key, _scan(name, path))
+                self._cache[name] = cached
+            out.append(cached[1])
+        return out
+
+
+def _scan(session_id: str, path: Path) -> CatalogueEntry:
+    header: dict[str, Any] | None = None
+    descriptor: dict[str, Any] | None = None
+    try:
+        with path.open("rb") as f:
+            for i, raw in enumerate(f):
+                if i >= _MAX_SCAN_LINES or not raw.endswith(b"\n"):
+                    break
+                line = json.loads(raw)
+                if i == 0:
+                    if not isinstance(line, dict) or line.get("type") != "session":
+                        break
+                    header = line
+                elif isinstance(line, dict) and line.get("type") == "subagent/descriptor":
+                    descriptor = line.get("data")
+                    break
+    except (OSError, ValueError):
+        pass
+    return CatalogueEntry(id=session_id, header=header, descriptor=descriptor)
+
+
+Status = Literal["running", "parked", "idle", "ready"]
+
+
+def status_of(manager: ContinuationManager, session_id: str) -> Status:
+    a: Activation | None = manager.activations.get(session_id)
+    if a is None:
+        return "ready"
+    if a.agent.status == "running":
+        return "running"
+    if a.parked:
+        return "parked"
+    return "idle"
+
+
+def list_agents(
+    manager: ContinuationManager, catalogue: Catalogue, caller_id: str, scope: str = "children"
+) -> list[dict[str, Any]]:
+    entries = catalogue.entries()
+    by_parent: dict[str, list[CatalogueEntry]] = {}
+    unreadable: list[CatalogueEntry] = []
+    for e in entries:
+        if e.header is None:
+            unreadable.append(e)
+            continue
+        parent = e.header.get("parentSession")
+        if isinstance(parent, str) and e.header.get("origin") == "subagent":
+            by_parent.setdefault(parent, []).append(e)
+    for kids in by_parent.values():
+        kids.sort(key=lambda e: ((e.header or {}).get("createdAt", 0), e.id))
+    rows: list[dict[str, Any]] = []
+    seen = {caller_id}
+
+    def visit(parent_id: str, depth: int) -> None:
+        for e in by_parent.get(parent_id, []):
+            if e.id in seen:
+                continue
+            seen.add(e.id)
+            mode = (e.descriptor or {}).get("mode")
+            if e.descriptor is None:
+                rows.append({"id": e.id, "diagnostic": "unreadable"})
+            elif mode == "continuable":
+                row: dict[str, Any] = {
+                    "id": e.id,
+                    "label": str(e.descriptor.get("label", "")),
+                    "status": status_of(manager, e.id),
+                }
+                if scope == "descendants":
+                    row["parent"] = parent_id
+                    row["depth"] = depth
+                rows.append(row)
+            if scope == "descendants":
+                visit(e.id, depth + 1)  # one-shot children are omitted but traversed
+
+    visit(caller_id, 1)
+    return rows

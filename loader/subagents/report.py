@@ -1,0 +1,51 @@
+"""Report (SPEC §11): a child-authored message to its direct parent.
+
+A report crosses exactly one edge, never cold-resumes a parent, never ends the child's turn and is
+not retracted if the child is later cancelled. `wakeup` steers (through `admit_waking` for a
+resident parent); `quiet` injects and waits for another waking input.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loader.abort import AbortSignal
+from loader.agent import text_block, user_message
+from loader.subagents.errors import err
+from loader.texts import render
+
+if TYPE_CHECKING:
+    from loader.agent import Agent
+    from loader.subagents.manager import ContinuationManager
+
+__all__ = ["report_from"]
+
+
+def report_from(manager: ContinuationManager, child: Agent, content: str, signal: AbortSignal) -> str:
+    signal.throw_if_aborted()
+    # Sync span S9 from here: the report cannot race its own admission.
+    manager.assert_admitting(child)
+    a = manager.activations.get(child.id)
+    if a is None or a.agent is not child:
+        raise err("UNAUTHORIZED", "T-ERR-NOT-REPORTER")
+    if a.disposal is not None:
+        raise err("ACTIVATION_CLOSING", "T-ERR-CLOSING-REPORT")
+    parent = manager.registry.get(str(child.header.get("parentSession")))
+    if parent is None:
+        raise err("PARENT_UNAVAILABLE", "T-ERR-PARENT-GONE")
+    message = user_message(
+        [text_block(render("T-REPORT-RELAY", id=child.id)), text_block(content)],
+        {"kind": "subagent-report", "form": "relay", "senderSessionId": child.id},
+    )
+    try:
+        if manager.config.report_delivery == "quiet":
+            parent.inject(message)
+        else:
+            pa = manager.activations.get(parent.id)
+            if pa is not None and pa.agent is parent:
+                manager.admit_waking(pa, message["id"], lambda: parent.steer(message))
+            else:
+                parent.steer(message)
+    except Exception as exc:
+        raise err("PARENT_UNAVAILABLE", "T-ERR-PARENT-GONE") from exc
+    return str(message["id"])

@@ -1,0 +1,166 @@
+"""The memoized disposal transaction (SPEC §8.11) and drains (§8.12).
+
+Order matters and is fixed: span S5 opens the disposal top-down (assign, poke, cancel, start the idle
+wait, open owned children); children release first; terminal facts are read from the epoch's own
+log while the child is still registered; span S6 removes the Activation, sends the notice and only
+then releases ownership (§9.3 rule 1, "send before release_ownership").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from loader.agent import epoch_stop_reason, final_output, fold_consumed_work
+from loader.errors import SubagentError, error_chain
+from loader.subagents.errors import err
+from loader.subagents.notice import notify_settlement
+from loader.texts import TEXTS, render
+
+if TYPE_CHECKING:
+    from loader.agent import Agent
+    from loader.subagents.activation import Activation
+    from loader.subagents.manager import ContinuationManager
+
+__all__ = ["dispose", "drain", "drain_children", "drain_descendants"]
+
+logger = logging.getLogger(__name__)
+
+
+def dispose(m: ContinuationManager, a: Activation) -> asyncio.Future[None]:
+    if a.disposal is not None:
+        return a.disposal
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    done.add_done_callback(_retrieve)
+    # --- S5 begin: cancellation propagates top-down atomically ---
+    a.disposal = done  # (0) the admission cutoff
+    m.poke(a)  # (1)
+    a.agent.cancel({"kind": "parent"})  # (2) clears the inbox durably, aborts the turn
+    idle = asyncio.ensure_future(a.agent.when_idle())  # (3) a task, so the wait starts now
+    children = [
+        dispose(m, child)  # (4)
+        for cid in sorted(a.owned_children)
+        if (child := m.activations.get(cid)) is not None
+    ]
+    # --- S5 end ---
+    m.pulse()
+    task = loop.create_task(_transaction(m, a, idle, children, done), name=f"dispose:{a.child_id}")
+    task.add_done_callback(_retrieve)
+    return done
+
+
+async def _transaction(
+    m: ContinuationManager,
+    a: Activation,
+    idle: asyncio.Future[None],
+    children: list[asyncio.Future[None]],
+    done: asyncio.Future[None],
+) -> None:
+    failures: list[BaseException] = []
+    for result in await asyncio.gather(*children, return_exceptions=True):  # (5) child-first
+        if isinstance(result, BaseException):
+            failures.append(result)
+    try:
+        await idle  # (6)
+    except Exception as exc:
+        failures.append(exc)
+    child = a.agent
+    try:
+        await m.store.flush(child.session)  # (7)
+    except Exception as exc:
+        logger.warning(TEXTS["T-LOG-FLUSH-FAILED"].format(id=a.child_id, detail=error_chain(exc)))
+    suffix = child.session.events[a.boundary :]  # (8) terminal facts, still registered
+    stop_reason: str = epoch_stop_reason(fold_consumed_work(suffix))
+    output = final_output(suffix)
+    try:
+        await child.dispose()  # (9)
+    except Exception as exc:
+        failures.append(exc)
+    failure: SubagentError | None = None
+    if failures:  # (10)
+        detail = "; ".join(error_chain(f) for f in failures)
+        failure = SubagentError("ACTIVATION_TEARDOWN_FAILED", render("T-ERR-TEARDOWN", id=a.child_id, detail=detail))
+        logger.warning(TEXTS["T-LOG-TEARDOWN-FAILED"].format(id=a.child_id, detail=detail))
+        stop_reason, output = "error", None
+    # --- S6 begin: no observer can see "no Activation and no notice" ---
+    if m.activations.get(a.child_id) is a:
+        del m.activations[a.child_id]  # (11)
+    notify_settlement(m, a, stop_reason, output)  # (12) rule "send before release_ownership"
+    m.release_ownership(a.child_id)  # (13)
+    # --- S6 end ---
+    m.counters.settled[a.child_id] = m.counters.settled.get(a.child_id, 0) + 1
+    edge: dict[str, Any] = {
+        "sessionId": a.child_id,
+        "parentSessionId": a.parent_session,
+        "epoch": a.epoch,
+        "stopReason": stop_reason,
+    }
+    if output:
+        edge["output"] = output
+    m.events.emit("subagent/end", edge)  # (14)
+    m.pulse()
+    if failure is not None:
+        done.set_exception(failure)
+    else:
+        done.set_result(None)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _aggregate(results: list[Any]) -> None:
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        raise SubagentError("ACTIVATION_TEARDOWN_FAILED", "; ".join(error_chain(f) for f in failures))
+
+
+async def drain(m: ContinuationManager) -> None:
+    """Manager-wide drain (shutdown)."""
+    m.draining = True  # S10: admission closes before the first await
+    m.pulse()
+    while m.materializations:
+        await asyncio.gather(*[x.settled for x in list(m.materializations)])
+    owned = {cid for a in m.activations.values() for cid in a.owned_children}
+    roots = [a for a in list(m.activations.values()) if a.child_id not in owned]
+    _aggregate(await asyncio.gather(*[dispose(m, a) for a in roots], return_exceptions=True))
+
+
+async def drain_descendants(m: ContinuationManager, parents: list[Agent]) -> None:
+    """Scoped drain below host roots; each root stays closed until it leaves the registry."""
+    roots = [p for p in parents if m.registry.get(p.id) is p]
+    # --- S10 begin ---
+    targets: list[Activation] = []
+    for root in roots:
+        members = m.closing_scopes.setdefault(root, set())
+        for a in list(m.activations.values()):
+            if root in a.ancestry and a.agent is not root:
+                targets.append(a)
+                members.add(a.agent)
+                members.update(m.live_lineage(a.agent))
+    targets.sort(key=lambda a: int(a.agent.header.get("delegationDepth", 0)))  # top-down
+    disposals = [dispose(m, a) for a in targets]
+    # --- S10 end ---
+    m.pulse()
+    selected = [x.settled for x in list(m.materializations) if any(r in x.lineage for r in roots)]
+    await asyncio.gather(*selected)
+    _aggregate(await asyncio.gather(*disposals, return_exceptions=True))
+
+
+async def drain_children(m: ContinuationManager, parent: Agent, ids: list[str]) -> None:
+    """Selected drain: release some of `parent`'s own children; the parent keeps admitting."""
+    if m.registry.get(parent.id) is not parent:
+        raise err("UNAUTHORIZED", "T-ERR-STALE", aid=parent.id)
+    targets: list[Activation] = []
+    for cid in dict.fromkeys(ids):
+        a = m.activations.get(cid)
+        if a is None:
+            continue
+        if a.parent_session != parent.id or parent not in a.ancestry:
+            raise err("UNAUTHORIZED", "T-ERR-NOT-CHILD", pid=parent.id, id=cid)
+        targets.append(a)
+    disposals = [dispose(m, a) for a in targets]
+    _aggregate(await asyncio.gather(*disposals, return_exceptions=True))

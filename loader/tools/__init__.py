@@ -1,0 +1,39 @@
+"""The model-facing tools (SPEC §12) and their visibility per agent shape (§8.1).
+
+The root sees `subagent`, `send_message`, `list_agents` and `interrupt_agent`; continuable children
+see those plus `report`; one-shot children see none, so they cannot orphan descendants.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from loader.agent import Tool
+from loader.subagents import Catalogue, ContinuationManager
+from loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
+from loader.tools.delegation import SendMessageTool, SubagentTool
+
+__all__ = [
+    "InterruptAgentTool",
+    "ListAgentsTool",
+    "ReportTool",
+    "SendMessageTool",
+    "SubagentTool",
+    "tools_for",
+]
+
+
+def tools_for(
+    mode: Literal["root", "continuable", "one-shot"], manager: ContinuationManager, catalogue: Catalogue
+) -> list[Tool]:
+    if mode == "one-shot":
+        return []
+    tools: list[Tool] = [
+        SubagentTool(manager),
+        SendMessageTool(manager),
+        ListAgentsTool(manager, catalogue),
+        InterruptAgentTool(manager),
+    ]
+    if mode == "continuable":
+        tools.append(ReportTool(manager))
+    return tools

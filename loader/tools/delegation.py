@@ -1,0 +1,83 @@
+"""The `subagent` and `send_message` tools (SPEC §12.1–§12.3)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loader.agent import ToolExec, ToolOutput, text_of
+from loader.errors import SubagentError
+from loader.subagents import ContinuationManager, run_one_shot
+from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+
+__all__ = ["SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubagentArgs(_Args):
+    prompt: Annotated[str, Field(min_length=1, description=TOOL_PARAMS["subagent"]["prompt"])]
+    label: Annotated[str, Field(min_length=1, max_length=80, description=TOOL_PARAMS["subagent"]["label"])]
+    run_in_background: Annotated[bool, Field(description=TOOL_PARAMS["subagent"]["run_in_background"])] = True
+
+
+class SubagentTool:
+    name = "subagent"
+    description = TOOL_DESCRIPTIONS["subagent"]
+    parameters = SubagentArgs
+    concurrency_safe = True
+    system_section = TEXTS["T-SYSTEM-DELEGATION"]
+
+    def __init__(self, manager: ContinuationManager) -> None:
+        self.manager = manager
+
+    async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
+        if args.run_in_background:
+            child_id, _ = await self.manager.start_continuable(
+                exec.agent, args.label, args.prompt, exec.call_id, exec.signal
+            )
+            return ToolOutput(
+                text=render("T-SPAWN-BG", id=child_id), value={"kind": "continuable", "sessionId": child_id}
+            )
+        result = await run_one_shot(self.manager, exec.agent, args.label, args.prompt, exec.call_id, exec.signal)
+        text = text_of(result.output)
+        if result.stop_reason != "completed":
+            message = render("T-ERR-INCOMPLETE", stopReason=result.stop_reason)
+            if text:
+                message += render("T-ERR-INCOMPLETE-PARTIAL", text=text)
+            raise SubagentError("SUBAGENT_INCOMPLETE", message)
+        value: dict[str, Any] = {
+            "kind": "foreground",
+            "sessionId": result.session_id,
+            "stopReason": "completed",
+            "output": result.output,
+        }
+        return ToolOutput(text=text or TEXTS["T-SPAWN-FG-EMPTY"], value=value)
+
+
+class SendMessageArgs(_Args):
+    agent_id: str
+    message: Annotated[str, Field(min_length=1)]
+
+
+class SendMessageTool:
+    name = "send_message"
+    description = TOOL_DESCRIPTIONS["send_message"]
+    parameters = SendMessageArgs
+    concurrency_safe = True
+    system_section = None
+
+    def __init__(self, manager: ContinuationManager) -> None:
+        self.manager = manager
+
+    async def run(self, args: SendMessageArgs, exec: ToolExec) -> ToolOutput:
+        source = {"kind": "coordinator", "form": "relay", "senderSessionId": exec.agent.id}
+        message_id = await self.manager.followup(
+            exec.agent, args.agent_id, args.message, source, exec.signal
+        )
+        return ToolOutput(
+            text=render("T-SEND", id=args.agent_id, messageId=message_id), value={"messageId": message_id}
+        )

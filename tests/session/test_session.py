@@ -1,0 +1,210 @@
+"""The in-memory Session (SPEC §5.1–§5.3, §4.1).
+
+`append` is one sync span: snapshot → sink → list append → notify. These tests pin the order, the
+failure atomicity (a refused event leaves no trace) and the re-entrancy rule: observers never append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Any
+
+import pytest
+
+import loader.session
+from loader.errors import ReentrantAppend, SessionError
+from loader.session import Event, Session, make_header
+
+
+def new_session(**kw: Any) -> Session:
+    ticks = iter(range(5000, 6000))
+    return Session(make_header("session-t", created_at=1), clock=lambda: next(ticks), **kw)
+
+
+def test_package_exports_exactly_the_public_api() -> None:
+    assert sorted(loader.session.__all__) == [
+        "EVENT_TYPES", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
+        "interrupted_turn_closers", "make_header", "read", "validate_log",
+    ]
+    for name in loader.session.__all__:
+        assert hasattr(loader.session, name)
+
+
+def test_append_builds_the_envelope_with_contiguous_seq_and_clock_time() -> None:
+    session = new_session()
+    first = session.append("turn/start", {"turn": 1})
+    second = session.append("x/note", {"a": 1}, ignorable=True)
+    assert first == {"type": "turn/start", "seq": 0, "time": 5000, "data": {"turn": 1}}
+    assert second == {"type": "x/note", "seq": 1, "time": 5001, "data": {"a": 1}, "ignorable": True}
+    assert session.events == [first, second]
+    assert session.id == "session-t"
+
+
+def test_append_snapshots_data_so_later_mutation_does_not_leak_in() -> None:
+    session = new_session()
+    data: dict[str, Any] = {"target": "next-turn", "start": 0, "inserted": [{"id": "m", "tags": ("a",)}]}
+    event = session.append("agent/inbox/spliced", data)
+    data["inserted"][0]["id"] = "changed"
+    data["start"] = 9
+    assert event["data"] == {"target": "next-turn", "start": 0, "inserted": [{"id": "m", "tags": ["a"]}]}
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"x": math.nan}, id="nan"),
+    pytest.param({"x": math.inf}, id="infinity"),
+    pytest.param({"x": {1, 2}}, id="set"),
+    pytest.param({"x": object()}, id="object"),
+    pytest.param([1], id="not-a-dict"),
+])
+def test_non_json_data_is_refused_before_anything_changes(bad: Any) -> None:
+    sunk: list[Event] = []
+    seen: list[Event] = []
+    session = new_session(sink=sunk.append)
+    session.subscribe(seen.append)
+    with pytest.raises(SessionError) as info:
+        session.append("turn/start", bad)
+    assert info.value.code == "INVALID_EVENT"
+    assert session.events == [] and sunk == [] and seen == []
+
+
+def test_unknown_type_is_refused_unless_ignorable() -> None:
+    session = new_session()
+    with pytest.raises(SessionError) as info:
+        session.append("session/fork", {})
+    assert info.value.code == "INVALID_EVENT"
+    assert session.events == []
+
+
+def test_append_to_a_closed_session_raises_session_closed() -> None:
+    session = new_session()
+    session.closed = True
+    with pytest.raises(SessionError) as info:
+        session.append("turn/start", {"turn": 1})
+    assert info.value.code == "SESSION_CLOSED"
+
+
+def test_sink_sees_the_event_before_it_is_appended_and_published() -> None:
+    order: list[str] = []
+    session: Session
+
+    def sink(event: Event) -> None:
+        order.append(f"sink seq={event['seq']} len={len(session.events)}")
+
+    session = new_session(sink=sink)
+    session.subscribe(lambda event: order.append(f"observer len={len(session.events)}"))
+    session.append("turn/start", {"turn": 1})
+    assert order == ["sink seq=0 len=0", "observer len=1"]
+
+
+def test_sink_failure_leaves_events_unchanged_and_publishes_nothing() -> None:
+    fail = True
+
+    def sink(event: Event) -> None:
+        if fail:
+            raise OSError("queue refused")
+
+    seen: list[Event] = []
+    session = new_session(sink=sink)
+    session.subscribe(seen.append)
+    with pytest.raises(OSError):
+        session.append("turn/start", {"turn": 1})
+    assert session.events == [] and seen == []
+    fail = False
+    assert session.append("turn/start", {"turn": 1})["seq"] == 0
+
+
+def test_observers_run_in_registration_order_and_can_unsubscribe() -> None:
+    calls: list[str] = []
+    session = new_session()
+    session.subscribe(lambda e: calls.append(f"a{e['seq']}"))
+    unsubscribe = session.subscribe(lambda e: calls.append(f"b{e['seq']}"))
+    session.subscribe(lambda e: calls.append(f"c{e['seq']}"))
+    session.append("turn/start", {"turn": 1})
+    unsubscribe()
+    unsubscribe()  # idempotent
+    session.append("step/start", {"turn": 1, "step": 1})
+    assert calls == ["a0", "b0", "c0", "a1", "c1"]
+
+
+def test_observer_append_raises_reentrant_append() -> None:
+    caught: list[BaseException] = []
+    session = new_session()
+
+    def observer(event: Event) -> None:
+        try:
+            session.append("step/start", {"turn": 1, "step": 1})
+        except ReentrantAppend as exc:
+            caught.append(exc)
+
+    session.subscribe(observer)
+    session.append("turn/start", {"turn": 1})
+    assert [exc.code for exc in caught] == ["REENTRANT_APPEND"]
+    assert [e["type"] for e in session.events] == ["turn/start"]
+    session.append("step/start", {"turn": 1, "step": 1})  # publication over: appends work again
+    assert len(session.events) == 2
+
+
+def test_observer_failure_is_logged_not_raised_and_later_observers_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[int] = []
+    session = new_session()
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("observer broke")
+
+    session.subscribe(broken)
+    session.subscribe(lambda e: seen.append(e["seq"]))
+    with caplog.at_level(logging.ERROR, logger="loader.session.session"):
+        event = session.append("turn/start", {"turn": 1})
+    assert event["seq"] == 0 and seen == [0]
+    assert any("observer failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_async_observer_is_scheduled_and_its_failure_logged() -> None:
+    logged = asyncio.Event()
+    records: list[logging.LogRecord] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+            logged.set()
+
+    async def observer(event: Event) -> None:
+        raise RuntimeError("async observer broke")
+
+    log = logging.getLogger("loader.session.session")
+    handler = Catch(logging.ERROR)
+    log.addHandler(handler)
+    try:
+        session = new_session()
+        session.subscribe(observer)
+        session.append("turn/start", {"turn": 1})
+        assert records == []  # scheduled, not run inside the append
+        await asyncio.wait_for(logged.wait(), 5)
+    finally:
+        log.removeHandler(handler)
+    assert "async observer failed" in records[0].getMessage()
+    assert isinstance(records[0].exc_info[1], RuntimeError)  # type: ignore[index]
+
+
+def test_derive_messages_walks_user_assistant_and_tool_results_only() -> None:
+    user = {"id": "u", "role": "user", "content": [{"type": "text", "text": "q"}], "source": {"kind": "user"}}
+    said = {"id": "a", "role": "assistant", "content": [{"type": "text", "text": "x"}],
+            "source": {"kind": "model", "provider": "p", "model": "m"}}
+    empty = {**said, "id": "a2", "content": []}
+    result = {"id": "r", "role": "user", "source": {"kind": "tool", "callId": "c"},
+              "content": [{"type": "tool-result", "toolCallId": "c", "isError": False, "content": []}]}
+    session = new_session()
+    session.append("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": [user]})
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append("user/message", user)
+    session.append("assistant/message", {"turn": 1, "step": 1, "message": said, "finish": "tool-calls"})
+    session.append("tool/call", {"turn": 1, "step": 1, "callId": "c", "name": "n", "arguments": "{}"})
+    session.append("tool/result", {"turn": 1, "step": 1, "callId": "c", "message": result})
+    session.append("assistant/message", {"turn": 1, "step": 1, "message": empty, "interrupted": True})
+    session.append("step/end", {"turn": 1, "step": 1})
+    assert session.derive_messages() == [user, said, result]
