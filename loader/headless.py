@@ -68,12 +68,13 @@ class Tree:
                 report_delivery=self.manager_config.report_delivery,
                 model=self.options.model,
             )
-        hook = self.provider.bind_child if isinstance(self.provider, ReplayProvider) else None
+        hook = getattr(self.provider, "bind_child", None)  # replay binding (§15.3); others have none
         self.manager = ContinuationManager(
             registry=self.registry, store=self.store, factory=self.make_agent,
             config=self.manager_config, descriptor_hook=hook,
         )
         self.agent_hooks: list[Callable[[Agent], None]] = []
+        self.roots: list[Agent] = []
 
     def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
         agent = self.agent_class(
@@ -90,11 +91,13 @@ class Tree:
 
     async def create_root(self, root_id: str | None = None) -> Agent:
         root_id = root_id or new_root_id()
-        if isinstance(self.provider, ReplayProvider):
-            self.provider.bind_root(root_id)
+        bind_root = getattr(self.provider, "bind_root", None)
+        if bind_root is not None:
+            bind_root(root_id)
         session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
         root = self.make_agent(session, "root")
         self.registry.register(root)
+        self.roots.append(root)
         return root
 
     def quiescence(self, root: Agent) -> Quiescence:
@@ -129,12 +132,15 @@ class Tree:
                 for off in offs:
                     off()
 
-    async def shutdown(self, root: Agent) -> None:
+    async def shutdown(self, *roots: Agent) -> None:
+        """Release each root's descendants, dispose the roots, drain the rest, close the provider."""
+        roots = roots or tuple(self.roots)
         try:
-            await drain_descendants(self.manager, [root])
+            await drain_descendants(self.manager, list(roots))
         except Exception:
             logger.warning("releasing subagents at shutdown failed", exc_info=True)
-        await root.dispose()
+        for root in roots:
+            await root.dispose()
         try:
             await drain(self.manager)
         except Exception:

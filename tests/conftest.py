@@ -54,6 +54,15 @@ class CountingProvider:
         self.requests: list[ModelRequest] = []
         self.gate: asyncio.Event | None = None
 
+    def bind_root(self, session_id: str) -> None:
+        self.inner.bind_root(session_id)
+
+    def bind_child(self, session_id: str, descriptor: dict[str, Any]) -> None:
+        self.inner.bind_child(session_id, descriptor)
+
+    def add_hang_listener(self, fn: Any) -> Any:
+        return self.inner.add_hang_listener(fn)
+
     def stream(self, request: ModelRequest, signal: Any, on_retry: Any) -> AsyncIterator[Any]:
         self.requests.append(request)
         return self.inner.stream(request, signal, on_retry)
@@ -128,3 +137,40 @@ async def make_runtime(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
     yield factory
     for rt in runtimes:
         await rt.close()
+
+
+@pytest.fixture
+async def make_tree(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
+    """Build a `Tree` (the runner's own runtime objects) over a replay script given as a dict of
+    transcript agents. `tree.provider` is a `CountingProvider`; `tree.provider.inner` the replay.
+    Every tree is shut down at teardown (drains included), then the home's logs are validated."""
+    from loader.headless import Tree
+    from loader.subagents import ManagerConfig
+
+    trees: list[Any] = []
+
+    async def factory(
+        agents: dict[str, Any],
+        *,
+        max_depth: int = 3,
+        report_delivery: str = "wakeup",
+        batch_delay_ms: int = 0,
+        agent_class: type[Agent] = Agent,
+        **options: Any,
+    ) -> Any:
+        script = load_transcript(write_transcript(tmp_path, agents, name=f"tree-{len(trees)}"))
+        provider = CountingProvider(ReplayProvider(script))
+        tree = Tree(
+            home=home,
+            provider=provider,  # type: ignore[arg-type]
+            options=AgentOptions(**options),
+            manager_config=ManagerConfig(max_depth=max_depth, report_delivery=report_delivery),  # type: ignore[arg-type]
+            batch_delay_ms=batch_delay_ms,
+            agent_class=agent_class,
+        )
+        trees.append(tree)
+        return tree
+
+    yield factory
+    for tree in trees:
+        await tree.shutdown()

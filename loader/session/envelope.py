@@ -11,6 +11,7 @@ must accept every log the runtime writes, including a live log whose last turn i
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "FORMAT_VERSION",
     "TURN_END_KINDS",
     "Event",
+    "encode_line",
     "envelope_problem",
     "header_problem",
     "make_header",
@@ -143,6 +145,17 @@ def envelope_problem(event: Any) -> str | None:
     if not isinstance(event["data"], dict):
         return "data is not an object"
     return None
+
+
+def encode_line(event: dict[str, Any]) -> bytes:
+    """One compact UTF-8 JSON line. Lone surrogates cannot be UTF-8, so they fall back to escapes."""
+    try:
+        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(event, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
+    except (TypeError, ValueError) as exc:
+        raise SessionError("INVALID_EVENT", f"event is not JSON: {exc}") from exc
 
 
 def validate_log(events: list[Event]) -> None:

@@ -23,10 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from loader.errors import SessionError
-from loader.session.envelope import FORMAT_VERSION, Event, envelope_problem, header_problem
+from loader.session.envelope import (
+    EVENT_TYPES,
+    FORMAT_VERSION,
+    Event,
+    envelope_problem,
+    header_problem,
+    validate_log,
+)
 from loader.texts import render
 
-__all__ = ["ReadResult", "interrupted_turn_closers", "parse", "read", "read_raw"]
+__all__ = ["ReadResult", "check_resumable", "interrupted_turn_closers", "parse", "read", "read_raw"]
 
 logger = logging.getLogger(__name__)
 
@@ -196,4 +203,16 @@ def interrupted_turn_closers(events: list[Event]) -> list[Event]:
     if open_step is not None:
         emit("step/end", {"turn": open_turn, "step": open_step})
     emit("turn/end", {"turn": open_turn, "reason": {"kind": "interrupted"}})
+    return closers
+
+
+def check_resumable(session_id: str, result: ReadResult) -> list[Event]:
+    """The refusals of `store.load` after `read` (§5.6); returns the closers of an interrupted turn."""
+    if result.header["id"] != session_id:
+        raise SessionError("SESSION_CORRUPT", f"header id {result.header['id']} is not {session_id}")
+    for event in result.events:
+        if event["type"] not in EVENT_TYPES and not event.get("ignorable"):
+            raise SessionError("UNKNOWN_EVENT", f"unknown event type {event['type']} at seq {event['seq']}")
+    closers = interrupted_turn_closers(result.events)
+    validate_log(result.events + closers)
     return closers

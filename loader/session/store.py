@@ -37,11 +37,11 @@ from typing import Any, Protocol, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import SESSION_ID_RE
-from loader.session.envelope import EVENT_TYPES, FORMAT_VERSION, Event, header_problem, validate_log
-from loader.session.repair import ReadResult, interrupted_turn_closers, parse, read, read_raw
+from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
+from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
 from loader.session.session import Session
 
-__all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch", "encode_line"]
+__all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,17 +118,6 @@ def append_batch(io: StoreIO, path: Path, data: bytes, fsync: bool, committed: i
             logger.exception("%s: truncate back to %d bytes failed", path, size)
         raise
     return size + len(data)
-
-
-def encode_line(event: Event) -> bytes:
-    """One compact UTF-8 JSON line. Lone surrogates cannot be UTF-8, so they fall back to escapes."""
-    try:
-        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        return json.dumps(event, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
-    except (TypeError, ValueError) as exc:
-        raise SessionError("INVALID_EVENT", f"event is not JSON: {exc}") from exc
 
 
 def _fsync_dir(path: Path) -> None:
@@ -435,7 +424,7 @@ class SessionStore:
     def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
         raw = read_raw(path)
         result = parse(raw, source=str(path))
-        closers = _loadable(session_id, result)
+        closers = check_resumable(session_id, result)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             _lock(fd, session_id)
@@ -443,7 +432,7 @@ class SessionStore:
                 # The previous holder wrote between our read and our lock: decide on what is there now.
                 raw = read_raw(path)
                 result = parse(raw, source=str(path))
-                closers = _loadable(session_id, result)
+                closers = check_resumable(session_id, result)
             size = len(raw)
             try:
                 if result.issue is not None:
@@ -463,14 +452,3 @@ class SessionStore:
             raise
         return result, closers, fd, size
 
-
-def _loadable(session_id: str, result: ReadResult) -> list[Event]:
-    """The load-time refusals after `read`; returns the closers of an interrupted turn."""
-    if result.header["id"] != session_id:
-        raise SessionError("SESSION_CORRUPT", f"header id {result.header['id']} is not {session_id}")
-    for event in result.events:
-        if event["type"] not in EVENT_TYPES and not event.get("ignorable"):
-            raise SessionError("UNKNOWN_EVENT", f"unknown event type {event['type']} at seq {event['seq']}")
-    closers = interrupted_turn_closers(result.events)
-    validate_log(result.events + closers)
-    return closers

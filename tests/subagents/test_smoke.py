@@ -1,0 +1,35 @@
+"""A background child settles and its notice opens a new root turn (SPEC §9.4 idle row, matrix 61)."""
+
+from __future__ import annotations
+
+from loader.agent import user_message
+
+
+async def test_idle_root_gets_one_notice_turn_from_a_settled_child(make_tree):
+    tree = await make_tree(
+        {
+            "root": {
+                "replies": [
+                    {"toolCalls": [{"id": "sa", "name": "subagent", "arguments": {"label": "c", "prompt": "do it"}}]},
+                    {"text": "STARTED"},
+                    {"text": "NOTED"},
+                ]
+            },
+            "child": {"spawnedBy": "sa", "replies": [{"text": "the answer"}]},
+        }
+    )
+    root = await tree.create_root()
+    settled: list[dict] = []
+    tree.manager.events.on("subagent/end", settled.append)
+    root.followup(user_message("go"))
+    await tree.wait_quiet(root)
+    notices = [
+        e["data"] for e in root.session.events
+        if e["type"] == "user/message" and e["data"]["source"]["kind"] == "subagent-settled"
+    ]
+    assert len(notices) == 1
+    source = notices[0]["source"]
+    assert source["stopReason"] == "completed"
+    assert [b["text"] for b in notices[0]["content"]][1:] == ["Most recent output from the subagent:", "the answer"]
+    assert len(settled) == 1 and settled[0]["stopReason"] == "completed"
+    assert tree.manager.activations == {}
