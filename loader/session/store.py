@@ -18,10 +18,9 @@ Invariants, per live session:
   whose awaiting task was cancelled may still land; the next write sees `size > committed` and
   truncates first, which keeps the same invariant.
 
-I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`). The
-truncate-on-failure logic lives in `append_batch`, not in the IO object, so a test double that
-overrides `FileIO.write` to raise (optionally after writing part of the data) exercises the real
-recovery path. `SessionStore(io=...)` is the public, stable way to install such a double.
+I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`;
+defined with `FileIO` and `append_batch` in `_fileio.py`, re-exported here). `SessionStore(io=...)`
+is the public, stable way to install a failing double; see `_fileio` for the contract.
 """
 
 from __future__ import annotations
@@ -33,10 +32,11 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import SESSION_ID_RE
+from loader.session._fileio import FileIO, StoreIO, append_batch, fsync_dir, lock_exclusive, write_all
 from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
 from loader.session.session import Session
@@ -47,92 +47,6 @@ logger = logging.getLogger(__name__)
 
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
-
-
-class StoreIO(Protocol):
-    """Blocking file operations of the store; called from worker threads, one at a time per file."""
-
-    def size(self, path: Path) -> int:
-        """Current size of `path` in bytes."""
-        ...
-
-    def write(self, path: Path, data: bytes, fsync: bool) -> None:
-        """Open `path` for append, write all of `data`, fsync when asked. May fail part-way."""
-        ...
-
-    def truncate(self, path: Path, size: int, fsync: bool) -> None:
-        """Cut `path` back to `size` bytes, fsync when asked."""
-        ...
-
-
-class FileIO:
-    """The real `StoreIO`. Subclass it in tests to inject failures (override `write`)."""
-
-    def size(self, path: Path) -> int:
-        return os.stat(path).st_size
-
-    def write(self, path: Path, data: bytes, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            _write_all(fd, data)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def truncate(self, path: Path, size: int, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def append_batch(io: StoreIO, path: Path, data: bytes, fsync: bool, committed: int | None = None) -> int:
-    """Append `data` as one batch; on failure truncate back and re-raise. Returns the new size.
-
-    `committed` is the size the store last saw succeed; a larger file holds bytes of a write whose
-    outcome was never observed (failed truncate, cancelled await), and is cut back before writing.
-    """
-    size = io.size(path)
-    if committed is not None and size != committed:
-        if size < committed:
-            raise OSError(f"{path} shrank from {committed} to {size} bytes")
-        logger.warning("%s: dropping %d unconfirmed bytes before writing", path, size - committed)
-        io.truncate(path, committed, fsync)
-        size = committed
-    try:
-        io.write(path, data, fsync)
-    except BaseException:
-        try:
-            io.truncate(path, size, fsync)
-        except Exception:
-            logger.exception("%s: truncate back to %d bytes failed", path, size)
-        raise
-    return size + len(data)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _lock(fd: int, session_id: str) -> None:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as exc:
-        raise SessionError("SESSION_BUSY", f"session {session_id} is held by another run") from exc
 
 
 class _Live:
@@ -257,16 +171,16 @@ class SessionStore:
         except FileExistsError as exc:
             raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
         try:
-            _lock(fd, session_id)  # busy only if another run opened our new file first: leave it
+            lock_exclusive(fd, session_id)  # busy only if another run opened our new file first: leave it
         except BaseException:
             os.close(fd)
             raise
         try:
-            _write_all(fd, line)
+            write_all(fd, line)
             if self.fsync:
                 os.fsync(fd)
-                _fsync_dir(path.parent)
-                _fsync_dir(self.sessions_dir)
+                fsync_dir(path.parent)
+                fsync_dir(self.sessions_dir)
         except BaseException:
             path.unlink(missing_ok=True)  # ours and locked: without a header it is no session
             os.close(fd)
@@ -427,7 +341,7 @@ class SessionStore:
         closers = check_resumable(session_id, result)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _lock(fd, session_id)
+            lock_exclusive(fd, session_id)
             if os.fstat(fd).st_size != len(raw):
                 # The previous holder wrote between our read and our lock: decide on what is there now.
                 raw = read_raw(path)

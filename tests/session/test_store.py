@@ -220,6 +220,28 @@ async def test_failed_timer_write_is_retried_by_the_next_enqueue(
     assert any("write of 1 events failed" in r.getMessage() for r in caplog.records)
 
 
+async def test_stray_bytes_left_by_a_failed_truncate_are_cut_before_the_retry(make_store: MakeStore) -> None:
+    """Matrix 28: even when truncating back fails, the retried batch lands once, right after the header."""
+
+    class BadTruncate(FailingIO):
+        def truncate(self, path: Path, size: int, fsync: bool) -> None:
+            if not self.truncated.is_set():
+                self.truncated.set()
+                raise OSError(5, "I/O error (injected)")
+            super().truncate(path, size, fsync)
+
+    io = BadTruncate(fail_next=1, partial=9)
+    store = make_store(io=io, batch_delay_ms=60_000)
+    session = await store.create(make_header(SID))
+    header_size = store.path(SID).stat().st_size
+    event = session.append("turn/start", {"turn": 1})
+    with pytest.raises(CheckpointError):
+        await store.flush(session)
+    assert store.path(SID).stat().st_size == header_size + 9  # the stray bytes stayed
+    await store.flush(session)
+    assert file_events(store.path(SID)) == [event]
+
+
 # -- close --------------------------------------------------------------------------------------
 
 
