@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from loader.errors import ConfigError
+from loader.fences import Fences
+from loader.texts import render
 from loader.agent import Agent, AgentOptions, AgentRegistry, Idle, run_outcome, user_message
 from loader.ids import new_root_id
 from loader.models import ModelProvider, ReplayProvider
@@ -185,6 +188,8 @@ async def run_tree(
     batch_delay_ms: int = 0,
     fsync: bool = False,
     parked: Literal["wait", "release"] = "wait",
+    fences_allowed: bool = False,
+    fence_timeout: float = 10.0,
 ) -> RunResult:
     script: Transcript | None = None
     if transcript is not None:
@@ -198,10 +203,16 @@ async def run_tree(
         if script is None:
             raise ValueError("a transcript is required without a provider")
         provider = ReplayProvider(script)
+    if script is not None and script.spec.fences and not fences_allowed:
+        raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
     tree = Tree(
         home=home, provider=provider, options=options or AgentOptions(),
         manager_config=manager_config or ManagerConfig(), batch_delay_ms=batch_delay_ms, fsync=fsync,
     )
+    fences: Fences | None = None
+    if script is not None and script.spec.fences and isinstance(provider, ReplayProvider):
+        fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=fence_timeout)
+        fences.install()
     root = await tree.create_root()
     boundary = len(root.session.events)
     try:
@@ -209,11 +220,15 @@ async def run_tree(
         await tree.wait_quiet(root, release_parked=parked == "release")
     finally:
         events = list(root.session.events[boundary:])
+        if fences is not None:
+            fences.release()
         await tree.shutdown(root)
     violations: list[dict[str, Any]] = []
     if isinstance(provider, ReplayProvider):
         provider.finish_checks()
         violations = list(provider.violations)
+    if fences is not None:
+        violations.extend(fences.finish())
     outcome = run_outcome(events)
     error = None
     if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":

@@ -217,6 +217,7 @@ class Agent:
             self._wake_driver()
         if activity is not None and not activity.done():
             activity.set_result(None)
+        self.events.emit("agent/converged", {"agent": self.id})
 
     # -- maintenance (§6.4) ---------------------------------------------------------------
     def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> asyncio.Future[T]:

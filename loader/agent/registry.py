@@ -42,7 +42,7 @@ class AgentRegistry:
         self._agents[agent.id] = agent
         offs = []
         for name in ("agent/status", "agent/error", "agent/inbox/inserted", "agent/inbox/claimed",
-                     "agent/inbox/discarded", "agent/maintenance-end"):
+                     "agent/inbox/discarded", "agent/maintenance-end", "agent/converged"):
             offs.append(agent.events.on(name, self._forward(name, agent)))
         self._offs[agent.id] = offs
         self.events.emit("agent/registered", {"agent": agent})
@@ -57,6 +57,6 @@ class AgentRegistry:
 
     def _forward(self, name: str, agent: Agent) -> Callable[[Any], None]:
         def forward(payload: Any) -> None:
-            self.events.emit(name, {"agent": agent, **(payload if isinstance(payload, dict) else {})})
+            self.events.emit(name, {**(payload if isinstance(payload, dict) else {}), "agent": agent})
 
         return forward

@@ -13,7 +13,7 @@ Decisions where §15.1 leaves room:
   recorder writes invalid JSON from the model as the raw string (§15.5).
 - `hang:` with a null value means `hang: {}`.
 - Two children may not name the same `spawnedBy` call (binding would always conflict).
-- `fences` are kept as raw mappings; `loader.fences` validates them.
+- Fences follow `fence_schema.py`; every agent a fence or condition names must be an agent key.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
+
+from loader.transcripts.fence_schema import Fence, condition_agents
 
 __all__ = [
     "AGENT_KEY_RE",
@@ -144,7 +146,7 @@ class TranscriptSpec(_Schema):
     description: str | None = None
     task: str
     overlays: list[str] = []
-    fences: list[dict[str, Any]] = []
+    fences: list[Fence] = []
     agents: dict[AgentKey, AgentScript]
 
     @model_validator(mode="after")
@@ -162,7 +164,7 @@ def _first_problem(spec: TranscriptSpec) -> LocatedProblem | None:
     """The first cross-field problem in document order, or None."""
     if "root" not in spec.agents:
         return LocatedProblem(("agents",), "agents must contain root")
-    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders):
+    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders, _check_fences):
         problem = check(spec)
         if problem is not None:
             return problem
@@ -242,4 +244,19 @@ def _check_orders(spec: TranscriptSpec) -> LocatedProblem | None:
         if order in used:
             return LocatedProblem(loc, f"order {order} is already used by {used[order]}")
         used[order] = key
+    return None
+
+
+def _check_fences(spec: TranscriptSpec) -> LocatedProblem | None:
+    for i, fence in enumerate(spec.fences):
+        inner = fence.spec
+        kind = fence.kind
+        allowed = set(spec.agents) | ({"*children"} if kind == "hold" else set())
+        if inner.agent not in allowed:
+            return LocatedProblem(("fences", i, kind, "agent"), f"no agent {inner.agent!r} in this transcript")
+        until = getattr(inner, "until", None)
+        if until is not None:
+            for loc, key in condition_agents(until):
+                if key not in spec.agents:
+                    return LocatedProblem(("fences", i, kind, "until", *loc), f"no agent {key!r} in this transcript")
     return None

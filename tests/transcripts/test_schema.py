@@ -70,7 +70,7 @@ def test_snake_case_names_are_accepted_alongside_camel_case() -> None:
     assert reply.tool_calls is not None and len(reply.tool_calls) == 1
 
 
-def test_fences_and_overlays_are_kept_as_given() -> None:
+def test_fences_and_overlays_are_parsed() -> None:
     fence = {"hold": {"agent": "root", "until": {"hangReached": {"agent": "root"}}}}
     loaded = TranscriptSpec.model_validate(
         {
@@ -84,7 +84,25 @@ def test_fences_and_overlays_are_kept_as_given() -> None:
     )
 
     assert loaded.overlays == ["quiet-reports"]
-    assert loaded.fences == [fence]
+    assert [f.kind for f in loaded.fences] == ["hold"]
+    assert loaded.fences[0].model_dump(by_alias=True, exclude_none=True) == fence
+
+
+def test_fence_naming_an_unknown_agent_is_refused() -> None:
+    fence = {"hold": {"agent": "root", "until": {"all": [{"turnEnded": {"agent": "ghost", "turn": 1}}]}}}
+    with pytest.raises(ValueError, match="no agent 'ghost'"):
+        TranscriptSpec.model_validate(
+            {"version": 1, "name": "t", "task": "T", "fences": [fence], "agents": {"root": {"replies": []}}}
+        )
+
+
+def test_fence_with_two_kinds_is_refused() -> None:
+    fence = {"hold": {"agent": "root", "until": {"parked": {"agent": "root"}}},
+             "failCheckpoint": {"agent": "root"}}
+    with pytest.raises(ValueError, match="exactly one of"):
+        TranscriptSpec.model_validate(
+            {"version": 1, "name": "t", "task": "T", "fences": [fence], "agents": {"root": {"replies": []}}}
+        )
 
 
 def test_two_children_may_not_claim_the_same_spawning_call() -> None:

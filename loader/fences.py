@@ -1,0 +1,225 @@
+"""Test-only fences (SPEC §16): delay a seam, run maintenance on an idle agent, or fail a checkpoint.
+
+Fences never create, send, remove or cancel messages or agents; they only remove scheduling variance.
+Conditions are monotone facts recorded synchronously by the listeners that observe them; waiters
+resume later. Agent names are transcript keys, mapped to live sessions through the replay binding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from loader.agent import Agent, Idle, PreStep
+from loader.errors import CheckpointError, DshError
+from loader.transcripts.fence_schema import Condition, Fence
+
+if TYPE_CHECKING:
+    from loader.headless import Tree
+    from loader.models import ReplayProvider
+
+__all__ = ["FenceTimeout", "Fences"]
+
+logger = logging.getLogger(__name__)
+
+FENCE_ORDER = 50  # pre-step waterfall: after the checkpoint (0), before test hooks (100)
+
+
+class FenceTimeout(DshError):
+    def __init__(self, message: str) -> None:
+        super().__init__("FENCE_TIMEOUT", message)
+
+
+class Fences:
+    def __init__(self, specs: list[Fence], *, tree: Tree, replay: ReplayProvider, timeout: float) -> None:
+        self.specs = specs
+        self.tree = tree
+        self.replay = replay
+        self.timeout = timeout
+        self.engaged = [False] * len(specs)
+        self.violations: list[dict[str, Any]] = []
+        self._inserted: Counter[tuple[str, str | None]] = Counter()
+        self._turns_ended: set[tuple[str, int]] = set()
+        self._parked: set[str] = set()
+        self._steps: set[tuple[str, int, int]] = set()
+        self._settled: Counter[str] = Counter()
+        self._waiters: list[tuple[Condition, asyncio.Future[str]]] = []
+        self._released = False
+        self._offs: list[Any] = []
+
+    # -- wiring ---------------------------------------------------------------------------
+    def install(self) -> None:
+        self.tree.agent_hooks.append(self._on_agent)
+        events = self.tree.registry.events
+        self._offs += [
+            events.on("agent/inbox/inserted", self._on_inserted),
+            events.on("agent/converged", self._on_converged),
+            self.tree.manager.events.on("subagent/end", self._on_settled),
+            self.replay.add_hang_listener(lambda _key: self._changed()),
+        ]
+
+    def _on_agent(self, agent: Agent) -> None:
+        agent.pre_step.add(self._pre_step, order=FENCE_ORDER)
+        agent.session.subscribe(lambda event: self._on_event(agent, event))
+        agent.events.on("agent/status", lambda payload: self._on_status(agent, payload))
+
+    def _key(self, agent: Agent) -> str | None:
+        return self.replay.agent_key_of(agent.id)
+
+    # -- facts (monotone) -----------------------------------------------------------------
+    def _on_inserted(self, payload: dict[str, Any]) -> None:
+        sid = payload["agent"].id
+        kind = payload["message"].get("source", {}).get("kind")
+        self._inserted[(sid, None)] += 1
+        self._inserted[(sid, kind)] += 1
+        self._changed()
+
+    def _on_event(self, agent: Agent, event: dict[str, Any]) -> None:
+        if event["type"] == "turn/end":
+            self._turns_ended.add((agent.id, int(event["data"]["turn"])))
+            self._changed()
+
+    def _on_converged(self, payload: dict[str, Any]) -> None:
+        agent: Agent = payload["agent"]
+        a = self.tree.manager.activations.get(agent.id)
+        if a is not None and isinstance(agent.phase, Idle) and a.accepted:
+            self._parked.add(agent.id)
+            self._changed()
+
+    def _on_settled(self, edge: dict[str, Any]) -> None:
+        self._settled[edge["sessionId"]] += 1
+        self._changed()
+
+    def holds(self, cond: Condition) -> bool:
+        def sid(key: str) -> str | None:
+            return self.replay.session_of(key)
+
+        if cond.all is not None:
+            return all(self.holds(c) for c in cond.all)
+        if cond.any is not None:
+            return any(self.holds(c) for c in cond.any)
+        if (c := cond.inbox_accepted) is not None:
+            s = sid(c.agent)
+            return s is not None and self._inserted[(s, c.kind)] >= c.count
+        if (t := cond.turn_ended) is not None:
+            s = sid(t.agent)
+            return s is not None and (s, t.turn) in self._turns_ended
+        if (h := cond.hang_reached) is not None:
+            return self.replay.hang_reached(h.agent)
+        if (p := cond.parked) is not None:
+            s = sid(p.agent)
+            return s is not None and s in self._parked
+        if (r := cond.step_reached) is not None:
+            s = sid(r.agent)
+            return s is not None and (s, r.turn, r.step) in self._steps
+        if (st := cond.settled) is not None:
+            s = sid(st.agent)
+            return s is not None and self._settled[s] >= st.count
+        return False
+
+    def _changed(self) -> None:
+        for cond, fut in list(self._waiters):
+            if not fut.done() and self.holds(cond):
+                fut.set_result("met")
+
+    async def _wait(self, cond: Condition, signal: Any) -> str:
+        """'met', 'aborted', 'released' or 'timeout'."""
+        if self.holds(cond):
+            return "met"
+        if self._released:
+            return "released"
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        entry = (cond, fut)
+        self._waiters.append(entry)
+        waits: set[asyncio.Future[Any]] = {fut}
+        if signal is not None:
+            waits.add(signal.wait())
+        try:
+            done, _ = await asyncio.wait(waits, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiters.remove(entry)
+        if fut in done:
+            return fut.result()
+        if signal is not None and signal.aborted:
+            return "aborted"
+        return "timeout"
+
+    def _timeout(self, index: int, key: str) -> FenceTimeout:
+        message = f"fence {index + 1} ({self.specs[index].kind} on {key}) waited {self.timeout}s"
+        self.violations.append({"code": "FENCE_TIMEOUT", "agent": key, "message": message})
+        return FenceTimeout(message)
+
+    # -- hold and failCheckpoint (pre-step) ------------------------------------------------
+    async def _pre_step(self, ctx: PreStep) -> None:
+        key = self._key(ctx.agent)
+        if key is None:
+            return
+        self._steps.add((ctx.agent.id, ctx.turn, ctx.step))
+        self._changed()
+        for i, fence in enumerate(self.specs):
+            spec = fence.fail_checkpoint
+            if spec is not None and spec.agent == key and _matches(spec.turn, spec.step, ctx):
+                self.engaged[i] = True
+                raise CheckpointError(spec.message)
+        for i, fence in enumerate(self.specs):
+            hold = fence.hold
+            if hold is None or not _matches(hold.turn, hold.step, ctx):
+                continue
+            if hold.agent != key and not (hold.agent == "*children" and key != "root"):
+                continue
+            self.engaged[i] = True
+            if await self._wait(hold.until, ctx.signal) == "timeout":
+                raise self._timeout(i, key)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def _on_status(self, agent: Agent, payload: dict[str, Any]) -> None:
+        if payload.get("status") != "idle":
+            return
+        key = self._key(agent)
+        for i, fence in enumerate(self.specs):
+            spec = fence.maintenance
+            if spec is None or self.engaged[i] or spec.agent != key:
+                continue
+            if (agent.id, spec.after_turn) not in self._turns_ended:
+                continue
+            self.engaged[i] = True
+            until = spec.until
+
+            async def task(signal: Any, i: int = i, until: Condition = until) -> None:
+                if await self._wait(until, signal) == "timeout":
+                    raise self._timeout(i, key or "?")
+
+            # Same span as the idle edge, so a latched wake replays into this maintenance.
+            fut = agent.run_maintenance(task)
+            fut.add_done_callback(_log_maintenance_failure)
+
+    # -- end of run -----------------------------------------------------------------------
+    def release(self) -> None:
+        """Teardown releases every hold."""
+        self._released = True
+        for _, fut in list(self._waiters):
+            if not fut.done():
+                fut.set_result("released")
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.release()
+        for off in self._offs:
+            off()
+        for i, fence in enumerate(self.specs):
+            if not self.engaged[i]:
+                self.violations.append(
+                    {"code": "FENCE_UNUSED", "agent": fence.spec.agent,
+                     "message": f"fence {i + 1} ({fence.kind} on {fence.spec.agent}) never engaged"}
+                )
+        return self.violations
+
+
+def _matches(turn: int | None, step: int | None, ctx: PreStep) -> bool:
+    return (turn is None or turn == ctx.turn) and (step is None or step == ctx.step)
+
+
+def _log_maintenance_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        logger.warning("fence maintenance ended with %s", fut.exception())
