@@ -23,4 +23,4 @@ def new_message_id() -> str:
 
 
 def is_valid_session_id(value: str) -> bool:
-    return bool(SESSION_ID_RE.match(value))
+    return bool(SESSION_ID_RE.fullmatch(value))

@@ -1,4 +1,5 @@
-"""Model providers (SPEC §13): the protocol, the assembler and the replay provider.
+"""Model providers (SPEC §13): the protocol, the assembler, the OpenAI-compatible and replay
+providers, and the recorder.
 
 `agent/` imports only the protocol names from here; `headless` picks the provider.
 """
@@ -6,6 +7,7 @@
 from __future__ import annotations
 
 from loader.models.assembler import AssembledMessage, Assembler
+from loader.models.openai import OpenAICompatibleProvider
 from loader.models.protocol import (
     Chunk,
     Finish,
@@ -18,6 +20,7 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
+from loader.models.recorder import Recorder
 from loader.models.replay import DEFAULT_USAGE, ReplayProvider
 
 __all__ = [
@@ -30,7 +33,9 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "OnRetry",
+    "OpenAICompatibleProvider",
     "ReasoningDelta",
+    "Recorder",
     "ReplayProvider",
     "TextDelta",
     "ToolCallDelta",

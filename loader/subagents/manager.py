@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from loader.abort import AbortSignal
 from loader.agent import Agent, user_message
 from loader.emitter import Emitter
-from loader.errors import DshError, SessionError
+from loader.errors import ConfigError, DshError, SessionError
 from loader.ids import is_valid_session_id, new_child_id
 from loader.session import Session, make_header
 from loader.subagents.activation import Activation, state_of
@@ -47,11 +47,21 @@ class AgentFactory(Protocol):
     def __call__(self, session: Session, mode: AgentMode) -> Agent: ...
 
 
+REPORT_DELIVERIES = ("wakeup", "quiet")
+
+
 @dataclass(frozen=True)
 class ManagerConfig:
     max_depth: int = 3
     report_delivery: Literal["wakeup", "quiet"] = "wakeup"
     model: str | None = None
+
+    def __post_init__(self) -> None:
+        # §11.1 / §24 item 1: exactly these two spellings; anything else is a configuration error.
+        if self.report_delivery not in REPORT_DELIVERIES:
+            raise ConfigError(
+                f"subagents.reportDelivery: expected 'wakeup' or 'quiet', got {self.report_delivery!r}"
+            )
 
 
 @dataclass(eq=False)
@@ -217,10 +227,12 @@ class ContinuationManager:
         assert self.factory is not None, "the manager needs an agent factory"
         session = await self.store.create(header)
         try:
-            session.append("subagent/descriptor", descriptor)
+            # The agent exists before the descriptor is appended so that observers attached by the
+            # factory (e.g. `--json`) see every event of the session; nothing runs until a send.
             if self.descriptor_hook is not None:
                 self.descriptor_hook(session.id, descriptor)
             agent = self.factory(session, mode)
+            session.append("subagent/descriptor", descriptor)
             self.registry.register(agent)
         except BaseException:
             await self.store.close(session)

@@ -1,0 +1,35 @@
+"""Configuration (SPEC §14): the schema, its composition from profiles, overlays, transcript overlays
+and `DSH_*` variables, and the provenance `dsh config show` prints.
+
+Built once by `headless` or `cli` and passed down as a frozen `Config`; nothing below reads YAML or
+`os.environ` for configuration (STYLE §8).
+"""
+
+from __future__ import annotations
+
+from loader.config._layers import deep_merge
+from loader.config.compose import ComposedConfig, compose
+from loader.config.schema import (
+    AgentConfig,
+    Config,
+    ModelConfig,
+    PersistenceConfig,
+    RetryConfig,
+    RunConfig,
+    SubagentsConfig,
+    TestingConfig,
+)
+
+__all__ = [
+    "AgentConfig",
+    "ComposedConfig",
+    "Config",
+    "ModelConfig",
+    "PersistenceConfig",
+    "RetryConfig",
+    "RunConfig",
+    "SubagentsConfig",
+    "TestingConfig",
+    "compose",
+    "deep_merge",
+]

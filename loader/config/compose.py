@@ -1,0 +1,233 @@
+"""Composing the configuration from its layers (SPEC §14.2, §17.2, §19).
+
+Order, later layers winning: schema defaults → profile → transcript overlays (listed order, relative
+to the transcript's directory) → `--overlay` files (argv order, relative to the cwd) → environment
+(`DSH_*`) → under a transcript, `run.parked: release` (§17.2: nobody is there to resume parked
+work, so it is forced and shown with source `transcript`).
+
+Profile choice: the `profile` argument, else `DSH_PROFILE`, else `test` when a transcript is given
+(so `dsh run --transcript NAME` needs no key), else `default`.
+
+Fence gating (§14.2 item 6): `testing.*` keys are accepted only when the base profile is the shipped
+`test` profile file; then any later layer may override them. `fences_allowed` is true for that
+profile or when the pytest plugin composes (it always uses the test profile).
+
+Every problem a person can fix is one line of a single `ConfigError` (exit 2):
+`<file>:<line>:<col>: <key.path>: <problem>` or `environment DSH_…: <key.path>: <problem>`; key
+paths use the YAML spelling (`subagents.reportDelivery`). Malformed YAML and unknown names stop at
+the first problem, since nothing after them can be merged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from loader.config._layers import Layer, Merged, env_layers, file_layer
+from loader.config._render import DEFAULT_SOURCE, render_yaml
+from loader.config.schema import Config
+from loader.errors import ConfigError
+from loader.shipped import ShippedKind, resolve_name, shipped_dir
+from loader.yamlpos import Loc
+
+if TYPE_CHECKING:
+    from loader.transcripts import Transcript
+
+__all__ = ["ComposedConfig", "compose"]
+
+logger = logging.getLogger(__name__)
+
+# Our wording (§14.2 item 6, §22).
+TESTING_GATED = "allowed only on top of the shipped test profile"
+TRANSCRIPT_SOURCE = "transcript"
+_PROBLEM_TEXT = {"extra_forbidden": "unknown key", "missing": "required key is missing"}
+_SHIPPED_KINDS: tuple[ShippedKind, ...] = ("profiles", "overlays", "transcripts")
+
+
+@dataclass(frozen=True)
+class ComposedConfig:
+    """A validated `Config` and where each of its leaves came from.
+
+    `provenance` has one entry per leaf of `config`, keyed by the dotted YAML path
+    (`subagents.reportDelivery`), valued `default`, `<file>:<line>`, `env DSH_…` or `transcript`.
+    `layers` lists the files applied, profile first.
+    """
+
+    config: Config
+    provenance: dict[str, str]
+    profile_path: Path
+    layers: list[Path] = field(default_factory=list)
+    fences_allowed: bool = False
+
+    def to_yaml(self) -> str:
+        """`dsh config show`: block YAML, camelCase keys, `# <source>` on every leaf."""
+        return render_yaml(self._values(), self.provenance)
+
+    def to_json(self) -> dict[str, Any]:
+        """`dsh config show --json`: the values, their provenance and the files applied."""
+        return {
+            "config": self._values(),
+            "provenance": dict(self.provenance),
+            "profile": str(self.profile_path),
+            "layers": [str(p) for p in self.layers],
+            "fencesAllowed": self.fences_allowed,
+        }
+
+    def _values(self) -> dict[str, Any]:
+        return self.config.model_dump(mode="json", by_alias=True)
+
+
+def compose(
+    *,
+    profile: str | None = None,
+    overlays: Sequence[str] = (),
+    transcript: Transcript | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    pytest_plugin: bool = False,
+) -> ComposedConfig:
+    """Build the configuration of one run. `environ` defaults to `os.environ` and `cwd` to the
+    process cwd; tests pass both so they never touch process state."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    base = Path.cwd() if cwd is None else cwd
+
+    profile_path = resolve_name("profiles", _profile_name(profile, env, transcript), relative_to=base)
+    files = [file_layer(profile_path, _display(profile_path, base))]
+    if transcript is not None:
+        for value in transcript.spec.overlays:
+            path = resolve_name("overlays", value, relative_to=transcript.path.parent)
+            files.append(file_layer(path, _display(path, base)))
+    for value in overlays:
+        path = resolve_name("overlays", value, relative_to=base)
+        files.append(file_layer(path, _display(path, base)))
+    env_config, problems = env_layers(env)
+
+    layers = [*files, *env_config]
+    on_test_profile = _is_shipped_test_profile(profile_path)
+    if not on_test_profile:
+        problems = [*_gated_testing_keys(layers), *problems]
+        layers = [_without_testing(layer) for layer in layers]
+    if transcript is not None:
+        layers.append(Layer("transcript", TRANSCRIPT_SOURCE, {"run": {"parked": "release"}}))
+
+    merged = Merged()
+    for layer in layers:
+        merged.apply(layer)
+    config: Config | None = None
+    try:
+        config = Config.model_validate(merged.values, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problems.extend(_validation_problems(exc, merged))
+    if problems or config is None:
+        raise ConfigError("\n".join(problems))
+
+    logger.debug("composed config from %s", [layer.label for layer in layers])
+    return ComposedConfig(
+        config=config,
+        provenance=_provenance(config, merged),
+        profile_path=profile_path,
+        layers=[layer.path for layer in files if layer.path is not None],
+        fences_allowed=on_test_profile or pytest_plugin,
+    )
+
+
+def _profile_name(profile: str | None, environ: Mapping[str, str], transcript: Transcript | None) -> str:
+    if profile:
+        return profile
+    # pydantic-settings reads names case-insensitively; sort so the choice is deterministic.
+    for name in sorted(environ):
+        if name.lower() == "dsh_profile" and environ[name]:
+            return environ[name]
+    return "test" if transcript is not None else "default"
+
+
+def _is_shipped_test_profile(path: Path) -> bool:
+    return path.resolve() == (shipped_dir("profiles") / "test.yaml").resolve()
+
+
+def _display(path: Path, cwd: Path) -> str:
+    """Shipped files read as `profiles/test.yaml`; others relative to the cwd when inside it."""
+    resolved = path.resolve()
+    for kind in _SHIPPED_KINDS:
+        try:
+            directory = shipped_dir(kind).resolve()
+        except ConfigError:
+            continue
+        if resolved.parent == directory:
+            return f"{kind}/{path.name}"
+    try:
+        return str(path.relative_to(cwd))
+    except ValueError:
+        return str(path)
+
+
+def _gated_testing_keys(layers: list[Layer]) -> list[str]:
+    problems: list[str] = []
+    for layer in layers:
+        if "testing" not in layer.values:
+            continue
+        section = layer.values["testing"]
+        keys: list[Loc] = (
+            [("testing", key) for key in section] if isinstance(section, dict) and section else [("testing",)]
+        )
+        for loc in keys:
+            problems.append(f"{layer.where(loc)}: {'.'.join(map(str, loc))}: {TESTING_GATED}")
+    return problems
+
+
+def _without_testing(layer: Layer) -> Layer:
+    if "testing" not in layer.values:
+        return layer
+    return replace(layer, values={k: v for k, v in layer.values.items() if k != "testing"})
+
+
+def _validation_problems(exc: ValidationError, merged: Merged) -> list[str]:
+    problems: list[str] = []
+    for err in exc.errors():
+        loc: Loc = tuple(err["loc"])
+        problem = _PROBLEM_TEXT.get(err["type"], err["msg"])
+        cause = (err.get("ctx") or {}).get("error")
+        if err["type"] == "value_error" and cause is not None:
+            problem = str(cause)  # drop pydantic's "Value error, " prefix
+        layer, _ = merged.origin(loc)
+        where = layer.where(loc) if layer is not None else DEFAULT_SOURCE
+        line = f"{where}: {_key_path(merged.values, loc)}: {problem}"
+        if line not in problems:
+            problems.append(line)
+    return problems
+
+
+def _key_path(values: Mapping[str, Any], loc: Loc) -> str:
+    """`loc` as `a.b.c`, keeping the parts that name data (pydantic may append type tags)."""
+    parts: list[str] = []
+    node: Any = values
+    for part in loc:
+        if not isinstance(node, Mapping) or part not in node:
+            if isinstance(node, Mapping) and isinstance(part, str):
+                parts.append(part)  # a missing key is still named
+            break
+        parts.append(str(part))
+        node = node[part]
+    return ".".join(parts)
+
+
+def _provenance(config: Config, merged: Merged) -> dict[str, str]:
+    out: dict[str, str] = {}
+
+    def walk(node: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
+        for key, value in node.items():
+            path = (*prefix, key)
+            if isinstance(value, Mapping):
+                walk(value, path)
+                continue
+            layer = merged.origins.get(path)
+            out[".".join(path)] = layer.source(path) if layer is not None else DEFAULT_SOURCE
+
+    walk(config.model_dump(by_alias=True), ())
+    return out

@@ -1,0 +1,127 @@
+"""The configuration schema (SPEC §14.1): one pydantic model per YAML section.
+
+YAML keys are camelCase (`subagents.reportDelivery`); Python code uses the snake_case field names.
+Every model derives from `_Schema`, which sets the alias generator, rejects unknown keys and freezes
+instances: the composed `Config` is built once (in `headless` or `cli`) and passed down, so nothing
+below may change it or read YAML or `os.environ` itself (STYLE §8).
+
+`populate_by_name=True` exists for Python callers (`SubagentsConfig(report_delivery="quiet")`);
+`loader.config.compose` validates YAML and environment layers with `by_name=False`, so a YAML file
+must spell keys in camelCase and a snake_case key there is an unknown key.
+
+Constraints live in the types, so a bad value fails validation with pydantic's message and
+`compose` only has to say where it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from loader.texts import TEXTS
+
+__all__ = [
+    "AgentConfig",
+    "Config",
+    "ModelConfig",
+    "PersistenceConfig",
+    "RetryConfig",
+    "RunConfig",
+    "SubagentsConfig",
+    "TestingConfig",
+]
+
+_URL = re.compile(r"^https?://[^\s/]+\S*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _http_url(value: str) -> str:
+    # Kept as the string the user wrote: pydantic's HttpUrl would append "/" to a bare host and
+    # `dsh config show` would then print a value nobody configured.
+    if not _URL.match(value):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError("must be an environment variable name (letters, digits, underscores)")
+    return value
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class RetryConfig(_Schema):
+    """Provider retry policy for 429 / 5xx / network errors (§13.2)."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
+    initial_backoff_seconds: Annotated[float, Field(ge=0)] = 1.0
+    max_backoff_seconds: Annotated[float, Field(ge=0)] = 30.0
+
+
+class ModelConfig(_Schema):
+    """Which model to call and how. The API key itself is never configurable, only the name of the
+    environment variable holding it (`apiKeyEnv`), so no file or `config show` output can leak it."""
+
+    provider: Literal["openai-compatible", "replay"] = "openai-compatible"
+    base_url: Annotated[str, AfterValidator(_http_url)] = "https://api.deepseek.com"
+    model: Annotated[str, Field(min_length=1)] = "deepseek-chat"
+    api_key_env: Annotated[str, AfterValidator(_env_name)] = "DEEPSEEK_API_KEY"
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    read_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    retry: RetryConfig = RetryConfig()
+
+
+class AgentConfig(_Schema):
+    system_prompt: str = TEXTS["T-SYSTEM-DEFAULT"]
+    max_parallel_tool_calls: Annotated[int, Field(ge=1, le=64)] = 10
+    max_steps_per_turn: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class SubagentsConfig(_Schema):
+    """`reportDelivery` has exactly two spellings (§11.1, §24 item 1); `maxDepth: 0` forbids starting
+    children while the tool stays visible."""
+
+    report_delivery: Literal["wakeup", "quiet"] = "wakeup"
+    max_depth: Annotated[int, Field(ge=0, le=16)] = 3
+
+
+class PersistenceConfig(_Schema):
+    batch_delay_ms: Annotated[int, Field(ge=0, le=5000)] = 200
+    fsync: bool = True
+
+
+class RunConfig(_Schema):
+    """`parked` decides what a stalled run does (§17.2); `compose` forces `release` under a
+    transcript, because nobody is there to resume a parked child."""
+
+    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 5.0
+    parked: Literal["wait", "release"] = "wait"
+
+
+class TestingConfig(_Schema):
+    """Fence settings (§16). Accepted only on top of the shipped `test` profile (§14.2 item 6);
+    `compose` enforces that, since the schema cannot know which profile a key came from."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    fences: bool = False
+    fence_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+
+
+class Config(_Schema):
+    """The composed configuration; every section and key has a default."""
+
+    model: ModelConfig = ModelConfig()
+    agent: AgentConfig = AgentConfig()
+    subagents: SubagentsConfig = SubagentsConfig()
+    persistence: PersistenceConfig = PersistenceConfig()
+    run: RunConfig = RunConfig()
+    testing: TestingConfig = TestingConfig()

@@ -1,0 +1,284 @@
+"""Record mode (SPEC §13.3, §15.5): wrap the real provider and write what it said as a transcript.
+
+The recorder passes every chunk through unchanged, so the run it records is the run the user
+sees; beside that it keeps one reply entry per request, keyed by session id, in request order. A
+transcript written from those entries replays to the same flow (§23 item 90).
+
+How a request becomes a reply (§15.1 forms):
+- a stream that ends with `Finish` → a message: `reasoning`, `text`, `toolCalls` (arguments as a
+  mapping when they are a JSON object, else the raw string), `usage`, `finish` (always written, so
+  the replay never has to guess it);
+- a `ProviderError` → `error: {code, message, status?}` with the streamed text as `text`;
+- an abort, a cancellation or a consumer that closed the stream before `Finish` → `hang` with the
+  streamed text (omitted when empty); a request still open when the transcript is built is a hang
+  too (a run that ended mid-stream).
+
+Decisions where the spec leaves room:
+- A stream that ends without `Finish` is recorded as `error: INCOMPLETE_STREAM` (what the assembler
+  then raises), so the replay fails the same way; any other exception → `error: UNKNOWN`.
+- Tool calls are built by the same `Assembler` the agent uses, so minted ids (`call-<n>`) and
+  empty arguments (`{}`) are recorded as the agent logged them. `usage.cacheReadTokens` is dropped:
+  the transcript schema has no such key.
+- Children are `child-<n>` in `note_child` order; a child whose descriptor has a `spawnCallId`
+  gets `spawnedBy`, any other `order: k` (k counting those children), mirroring replay binding.
+  Requests of a session noted as neither root nor child are left out (and logged).
+- `name` defaults to the file stem, made to fit `[a-z0-9-]+` (the transcript schema).
+- Redaction replaces longer secrets first, so a secret containing another is redacted whole.
+  Only string values are redacted; keys are schema names and agent keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+from loader.abort import Aborted, AbortSignal
+from loader.errors import ProviderError, error_chain
+from loader.models.assembler import Assembler
+from loader.models.protocol import Chunk, Finish, ModelProvider, ModelRequest, OnRetry, TextDelta
+
+__all__ = ["REDACTED", "Recorder", "secrets_from_env"]
+
+logger = logging.getLogger(__name__)
+
+REDACTED = "[redacted]"
+_SECRET_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET")
+
+
+def secrets_from_env(environ: Mapping[str, str]) -> list[str]:
+    """Values of every variable named `*_KEY`, `*_TOKEN` or `*_SECRET` (§15.5), in name order."""
+    found: list[str] = []
+    for name in sorted(environ):
+        value = environ[name]
+        if name.upper().endswith(_SECRET_SUFFIXES) and value.strip() and value not in found:
+            found.append(value)
+    return found
+
+
+@dataclass
+class _Entry:
+    """One request's reply, filled while its stream runs."""
+
+    assembler: Assembler = field(default_factory=Assembler)
+    text: list[str] = field(default_factory=list)
+    finished: bool = False
+    outcome: Literal["open", "message", "error", "hang"] = "open"
+    error: dict[str, Any] | None = None
+
+    def feed(self, chunk: Chunk) -> None:
+        self.assembler.feed(chunk)
+        if isinstance(chunk, TextDelta):
+            self.text.append(chunk.text)
+        elif isinstance(chunk, Finish):
+            self.finished = True
+
+    def fail(self, code: str, message: str, status: int | None = None) -> None:
+        self.outcome = "error"
+        self.error = {"code": code, "message": message}
+        if status is not None:
+            self.error["status"] = status
+
+    def reply(self) -> dict[str, Any]:
+        text = "".join(self.text)
+        if self.outcome == "error":
+            assert self.error is not None
+            return {**({"text": text} if text else {}), "error": dict(self.error)}
+        if self.outcome in ("open", "hang"):
+            return {"hang": {"text": text} if text else {}}
+        result = self.assembler.result()
+        reply: dict[str, Any] = {}
+        for block in result.content:
+            if block["type"] == "reasoning":
+                reply["reasoning"] = block["text"]
+            elif block["type"] == "text":
+                reply["text"] = block["text"]
+            else:
+                call = {"id": block["id"], "name": block["name"],
+                        "arguments": _arguments(block["arguments"])}
+                reply.setdefault("toolCalls", []).append(call)
+        if result.usage is not None:
+            reply["usage"] = {"inputTokens": result.usage["inputTokens"],
+                              "outputTokens": result.usage["outputTokens"]}
+        reply["finish"] = result.finish
+        return reply
+
+
+class Recorder:
+    """A `ModelProvider` that forwards to `inner` and remembers every reply for `transcript()`."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self._root: str | None = None
+        self._children: list[tuple[str, dict[str, Any]]] = []
+        self._replies: dict[str, list[_Entry]] = {}
+
+    def __repr__(self) -> str:
+        return f"Recorder({self.inner!r})"
+
+    def note_root(self, session_id: str) -> None:
+        self._root = session_id
+
+    def note_child(self, session_id: str, descriptor: Mapping[str, Any]) -> None:
+        """Learn a child at creation (its descriptor); a session noted before is ignored (resume)."""
+        if session_id == self._root or any(sid == session_id for sid, _ in self._children):
+            return
+        self._children.append((session_id, dict(descriptor)))
+
+    async def stream(
+        self, request: ModelRequest, signal: AbortSignal, on_retry: OnRetry
+    ) -> AsyncGenerator[Chunk, None]:
+        entry = _Entry()
+        self._replies.setdefault(request.session_id, []).append(entry)
+        inner = self.inner.stream(request, signal, on_retry)
+        try:
+            async for chunk in inner:
+                entry.feed(chunk)
+                yield chunk
+        except ProviderError as exc:
+            entry.fail(exc.code, exc.message, exc.status)
+            raise
+        except (Aborted, asyncio.CancelledError, GeneratorExit):
+            entry.outcome = "message" if entry.finished else "hang"
+            raise
+        except BaseException as exc:
+            if signal.aborted:
+                entry.outcome = "hang"
+            else:
+                entry.fail("UNKNOWN", error_chain(exc))
+            raise
+        else:
+            if entry.finished:
+                entry.outcome = "message"
+            else:
+                entry.fail("INCOMPLETE_STREAM", "the model stream ended without a finish reason")
+        finally:
+            aclose = getattr(inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    # ---- the transcript --------------------------------------------------------------------------
+
+    def transcript(
+        self, name: str, task: str, overlays: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        """The §15.1 document of everything recorded so far (no fences, no headers)."""
+        doc: dict[str, Any] = {"version": 1, "name": name, "task": task}
+        listed = list(overlays or [])
+        if listed:
+            doc["overlays"] = listed
+        if self._root is None:
+            logger.warning("recorder: no root session was noted; root has no replies")
+        agents: dict[str, Any] = {"root": {"replies": self._replies_of(self._root)}}
+        unkeyed = 0
+        for n, (session_id, descriptor) in enumerate(self._children, start=1):
+            script: dict[str, Any] = {}
+            call_id = descriptor.get("spawnCallId")
+            if isinstance(call_id, str) and call_id:
+                script["spawnedBy"] = call_id
+            else:
+                unkeyed += 1
+                script["order"] = unkeyed
+            script["replies"] = self._replies_of(session_id)
+            agents[f"child-{n}"] = script
+        known = {self._root, *(sid for sid, _ in self._children)}
+        for session_id in self._replies:
+            if session_id not in known:
+                logger.warning("recorder: session %s was never noted; its replies are left out",
+                               session_id)
+        doc["agents"] = agents
+        return doc
+
+    def _replies_of(self, session_id: str | None) -> list[dict[str, Any]]:
+        if session_id is None:
+            return []
+        return [entry.reply() for entry in self._replies.get(session_id, [])]
+
+    def write(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        task: str,
+        overlays: Iterable[str] | None = None,
+        redact: Iterable[str] = (),
+        name: str | None = None,
+    ) -> Path:
+        """Write the transcript atomically (temp file + rename, mode 0600) as YAML, redacted."""
+        target = Path(path)
+        doc = self.transcript(name if name is not None else _name_of(target), task, overlays)
+        secrets = sorted({s for s in redact if s}, key=len, reverse=True)
+        doc = _redact(doc, secrets)
+        yaml = YAML()
+        yaml.default_flow_style = False
+        yaml.indent(mapping=2, sequence=4, offset=2)  # the layout of the shipped transcripts
+        yaml.width = 4096
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                yaml.dump(_literal_blocks(doc), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return target
+
+
+def _arguments(raw: str) -> dict[str, Any] | str:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    return value
+
+
+def _literal_blocks(value: Any) -> Any:
+    """Multi-line strings as `|` blocks, so recorded answers stay readable and editable.
+
+    Only strings a block scalar reproduces exactly: no `\r` and no control characters (those stay
+    quoted scalars with escapes)."""
+    if isinstance(value, str):
+        if "\n" in value and all(ch in "\n\t" or ch.isprintable() for ch in value):
+            return LiteralScalarString(value)
+        return value
+    if isinstance(value, dict):
+        return {k: _literal_blocks(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal_blocks(v) for v in value]
+    return value
+
+
+def _name_of(path: Path) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", path.stem.lower()).strip("-")
+    return slug or "recording"
+

@@ -1,0 +1,24 @@
+"""`loader.config` public surface: widening it should be a visible decision (STYLE §2)."""
+
+from __future__ import annotations
+
+import loader.config
+
+
+def test_config_exports_exactly_the_pinned_names() -> None:
+    assert sorted(loader.config.__all__) == sorted(
+        [
+            "AgentConfig",
+            "ComposedConfig",
+            "Config",
+            "ModelConfig",
+            "PersistenceConfig",
+            "RetryConfig",
+            "RunConfig",
+            "SubagentsConfig",
+            "TestingConfig",
+            "compose",
+            "deep_merge",
+        ]
+    )
+    assert all(hasattr(loader.config, name) for name in loader.config.__all__)

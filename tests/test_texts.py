@@ -1,0 +1,197 @@
+"""Every text of SPEC §12.3–§12.6 and §19, pinned byte-exact.
+
+The literals below are copied from the spec, not from `loader.texts`, so a drift on either side
+fails here. Placeholders stay as written in the spec (`{id}`, `{value!r}`, …).
+"""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+
+from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+
+# §12.3 tool descriptions
+SPEC_TOOL_DESCRIPTIONS = {
+    "subagent": (
+        "Hand a self-contained task to a new subagent that starts with an empty conversation. "
+        "Unless run_in_background is false, the subagent works in the background: this call returns "
+        "its id right away, and once the subagent has no work left, however it ended, the runtime "
+        "adds a notice to your conversation with the outcome and the subagent's most recent output. "
+        "With run_in_background set to false the call waits and returns the subagent's final output."
+    ),
+    "send_message": (
+        "Queue another message for one of your own background subagents. It runs as a new turn after "
+        "the work that subagent already has and never alters the turn in progress. A subagent that "
+        "has gone idle is reloaded from its saved conversation. If the call fails, nothing was queued."
+    ),
+    "list_agents": (
+        "Show your background subagents and their state: running; idle; parked (stopped with queued "
+        "messages that wait for your next message); ready (saved and not loaded; send_message "
+        "reloads it)."
+    ),
+    "interrupt_agent": (
+        "Stop the current turn of a background subagent anywhere below you. The subagent is kept, "
+        "its queued messages stay queued until you message it again, and its own subagents keep "
+        "running. Stopping one that already finished does nothing."
+    ),
+    "report": (
+        "Pass a message to your parent agent, the one that created you; it sees only what you send "
+        "here. Send one full, standalone answer before finishing, plus earlier messages for any "
+        "result that should alter your parent's plan. Calling this never ends your turn. An error "
+        "from this call does not prove that nothing arrived, so do not resend the same text."
+    ),
+}
+
+SPEC_TOOL_PARAMS = {
+    "subagent": {
+        "prompt": "Full instructions; the subagent cannot see this conversation.",
+        "label": "A few words naming the task, used in listings.",
+        "run_in_background": "Defaults to true. Use false only when you cannot continue without the result.",
+    },
+    "list_agents": {"scope": "children for your direct subagents, descendants for the whole tree below you."},
+    "report": {"output": "Self-contained text for your parent agent."},
+}
+
+# §12.4 system prompt sections
+SPEC_SYSTEM = {
+    "T-SYSTEM-DEFAULT": (
+        "You are dsh, a command-line agent working on one task. Work toward a complete and correct "
+        "answer, and end your turn with that answer."
+    ),
+    "T-SYSTEM-DELEGATION": (
+        "Delegation: background subagents run in parallel with you. Start independent subagents "
+        "together and keep working. You do not need to poll: once a background subagent has no work "
+        "left, the runtime posts a notice here with its outcome and latest output. Use send_message "
+        "for more work, list_agents to see state, interrupt_agent to stop a runaway turn."
+    ),
+    "T-SYSTEM-REPORTING": (
+        "Reporting: your parent agent never reads this conversation; it learns only what you pass to "
+        "report. Finish by calling report once with a full, standalone answer, and call it sooner "
+        "whenever a result should alter your parent's plan. A report never ends your turn."
+    ),
+}
+
+# §12.5 runtime and tool texts
+SPEC_RUNTIME = {
+    "T-NOTICE-completed": "Subagent {id} is done and now idle; message it if you want more work from it.",
+    "T-NOTICE-aborted": "Subagent {id} was cancelled partway through its task.",
+    "T-NOTICE-max-tokens": "Subagent {id} reached its output token limit with the task unfinished.",
+    "T-NOTICE-refusal": "Subagent {id} would not take on the task.",
+    "T-NOTICE-error": "Subagent {id} ran into an error and did not complete its task.",
+    "T-NOTICE-other": "Subagent {id} ended with an unrecognised outcome ({reason}) and did not complete its task.",
+    "T-NOTICE-OUTPUT": "Most recent output from the subagent:",
+    "T-NOTICE-NO-OUTPUT": "The subagent produced no output.",
+    "T-NOTICE-TOOLCALL": "(requested tool {name} with arguments {arguments})",
+    "T-REPORT-RELAY": "Report from subagent {id}:",
+    "T-SPAWN-BG": (
+        "Subagent {id} is now working in the background. A runtime notice will arrive once it has no "
+        "work left; send_message gives it more work."
+    ),
+    "T-SPAWN-FG-EMPTY": "The subagent finished without output.",
+    "T-SEND": "Subagent {id} accepted message {messageId}; it will handle it in a separate later turn.",
+    "T-INTERRUPT": (
+        "Stop requested for {id}: its current turn ends, and its queued messages wait for your next message."
+    ),
+    "T-LIST-ROW": "{id} | {status} | {label}",
+    "T-LIST-DESC": "{id} | {status} | {label} | parent {parent} | depth {depth}",
+    "T-LIST-UNREADABLE": "{id} | unreadable",
+    "T-LIST-EMPTY": "No subagents found.",
+    "T-REPORT-OK": "Your parent's inbox now holds this report (message {messageId}).",
+    "T-TOOL-ERROR": "Tool failed [{code}]: {message}",
+    "T-ABORTED-BEFORE-DISPATCH": "skipped: the turn was cancelled before this call started",
+    "T-REPAIR-UNKNOWN": (
+        "A crash cut this call off after it started, so its effect is unknown. Check the current state "
+        "before repeating anything that is not safe to run twice."
+    ),
+    "T-REPAIR-NOT-STARTED": (
+        "A crash stopped this call before it began, so nothing ran. Repeat it if you still want its result."
+    ),
+}
+
+# §12.6 error messages (ids without a T- name in the spec use the code's own key)
+SPEC_ERRORS = {
+    "T-ERR-INVALID-ARGS": "arguments rejected: {issues}",
+    "T-ERR-UNKNOWN-TOOL": "there is no tool named {name}",
+    "T-ERR-DEPTH": "cannot start a subagent at depth {depth}; the limit is {max}",
+    "T-ERR-DUPLICATE": "the id {id} is already taken by another session",
+    "T-ERR-DRAINING": "shutdown in progress: no new subagent work is accepted",
+    "T-ERR-DRAINING-SCOPED": "shutdown in progress below {root}: no new subagent work is accepted",
+    "T-ERR-CLOSING-MESSAGE": (
+        "subagent {id} is in the middle of shutting down and did not take the message; sending again reloads it"
+    ),
+    "T-ERR-CLOSING-PARENT": "{pid} is shutting down, so it cannot start subagents",
+    "T-ERR-CLOSING-REPORT": "this subagent is shutting down; nothing was delivered",
+    "T-ERR-STALE": "caller {aid} is not the live agent registered under that id",
+    "T-ERR-NOT-PARENT": "only the parent that started subagent {id} may do this",
+    "T-ERR-SELF": "interrupt_agent targets subagents; {aid} tried to stop itself",
+    "T-ERR-NOT-DESCENDANT": "{aid} has no live subagent {id} anywhere below it",
+    "T-ERR-NOT-REPORTER": "report is available only to background subagents that are currently loaded",
+    "T-ERR-NOT-CHILD": "{pid} did not start {id}, so it cannot release it",
+    "T-ERR-NOT-FOUND": "no saved subagent {id} could be loaded",
+    "T-ERR-NOT-CONTINUABLE": "session {id} is not a continuable subagent and cannot take messages",
+    "T-ERR-PARENT-GONE": "your parent has shut down, so nothing was delivered",
+    "T-ERR-INCOMPLETE": "the subagent ended with {stopReason} instead of completing",
+    "T-ERR-INCOMPLETE-PARTIAL": "\nPartial output:\n{text}",
+    "T-ERR-TEARDOWN": "releasing subagent {id} failed: {detail}",
+    "T-LOG-NOTICE-FAILED": (
+        "could not hand the settlement notice of {id} to its parent ({detail}); teardown continues"
+    ),
+    "T-LOG-TEARDOWN-FAILED": "releasing subagent {id} failed: {detail}",
+    "T-LOG-FLUSH-FAILED": "final save of {id} failed; a later resume may see older state: {detail}",
+}
+
+# §19 CLI texts (and §17.3's root-error line)
+SPEC_CLI = {
+    "T-CLI-INTERRUPTED": "interrupt accepted for {child}; its current turn will stop and its queued messages are kept",
+    "T-CLI-NO-RUN": "no running dsh process hosts {child}; nothing was interrupted",
+    "T-CLI-SEND-NO-RUN": "no running dsh process hosts {child}; follow-ups need a live run",
+    "T-CLI-UNAUTHORIZED": "{child} is not a child of {parent}",
+    "T-CLI-BAD-ADDRESS": "expected <parentSessionId>/<childSessionId>, got {value!r}",
+    "T-CLI-UNKNOWN-SESSION": "no session {id} under {home}/sessions",
+    "T-CLI-FENCES": "transcript {file} declares fences, which only run under the test profile or the pytest plugin",
+    "T-CLI-STALLED": (
+        "dsh: waiting on parked subagents {ids}; resume one with 'dsh send' or press Ctrl-C to stop"
+    ),
+    "T-CLI-SIGINT": "dsh: stopping agents (press Ctrl-C again to exit now)",
+    "T-CLI-TIMEOUT": "dsh: time limit of {seconds}s reached; stopping agents",
+    "T-CLI-ROOT-ERROR": "dsh: root turn failed [{code}]: {message}",
+}
+
+SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI}
+
+
+@pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))
+def test_text_matches_the_spec_byte_for_byte(tid):
+    assert TEXTS[tid] == SPEC_TEXTS[tid]
+
+
+def test_every_runtime_text_is_one_the_spec_defines():
+    """No stray or renamed ids: the table is exactly the spec's set."""
+    assert set(TEXTS) == set(SPEC_TEXTS)
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_TOOL_DESCRIPTIONS))
+def test_tool_description_matches_the_spec(name):
+    assert TOOL_DESCRIPTIONS[name] == SPEC_TOOL_DESCRIPTIONS[name]
+
+
+def test_tool_tables_name_exactly_the_spec_tools_and_parameters():
+    assert set(TOOL_DESCRIPTIONS) == set(SPEC_TOOL_DESCRIPTIONS)
+    assert TOOL_PARAMS == SPEC_TOOL_PARAMS
+
+
+def test_the_teardown_error_and_its_log_warning_share_one_wording():
+    """§12.6: T-LOG-TEARDOWN-FAILED is "the message above" (`ACTIVATION_TEARDOWN_FAILED`)."""
+    assert TEXTS["T-LOG-TEARDOWN-FAILED"] == TEXTS["T-ERR-TEARDOWN"]
+
+
+def test_render_fills_every_placeholder():
+    fields = {name for tid in TEXTS for _, name, _, _ in string.Formatter().parse(TEXTS[tid]) if name}
+    values = {name: f"<{name}>" for name in fields}
+    for tid in TEXTS:
+        out = render(tid, **values)
+        assert "{" not in out and "}" not in out, tid
+    assert render("T-CLI-BAD-ADDRESS", value="a/b/c") == "expected <parentSessionId>/<childSessionId>, got 'a/b/c'"
+    assert render("T-TOOL-ERROR", code="UNAUTHORIZED", message="no") == "Tool failed [UNAUTHORIZED]: no"

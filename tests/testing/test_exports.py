@@ -1,0 +1,24 @@
+"""`loader.testing` public surface (STYLE §2), and the promise that importing it needs no syrupy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import loader.testing
+
+
+def test_testing_exports_exactly_the_pinned_names() -> None:
+    assert sorted(loader.testing.__all__) == sorted(
+        ["Flow", "TranscriptViolation", "arun_flow", "dump_flow", "normalize", "project"]
+    )
+    assert all(hasattr(loader.testing, name) for name in loader.testing.__all__)
+
+
+def test_importing_the_package_or_the_plugin_imports_neither_syrupy_nor_the_runtime() -> None:
+    code = (
+        "import sys, loader.testing, loader.testing.plugin; "
+        "print(sorted(m for m in ('syrupy', 'loader.headless') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
