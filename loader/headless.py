@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from loader.agent import Agent, AgentOptions, AgentRegistry, Idle, run_outcome, user_message
+from loader.config import Config
 from loader.errors import ConfigError
 from loader.fences import Fences
-from loader.texts import render
-from loader.agent import Agent, AgentOptions, AgentRegistry, Idle, run_outcome, user_message
 from loader.ids import new_root_id
 from loader.models import ModelProvider, ReplayProvider
 from loader.session import Session, SessionStore, make_header
@@ -30,10 +30,21 @@ from loader.subagents import (
     drain_descendants,
     state_of,
 )
+from loader.texts import render
 from loader.tools import tools_for
-from loader.transcripts import Transcript, load_transcript
+from loader.transcripts import Transcript
 
-__all__ = ["EXIT_CODES", "Quiescence", "RunResult", "Tree", "exit_code_for", "quiescence", "run_tree"]
+__all__ = [
+    "EXIT_CODES",
+    "Quiescence",
+    "RunRequest",
+    "RunResult",
+    "RunSinks",
+    "Tree",
+    "exit_code_for",
+    "quiescence",
+    "run_tree",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +82,8 @@ class Tree:
                 report_delivery=self.manager_config.report_delivery,
                 model=self.options.model,
             )
-        hook = getattr(self.provider, "bind_child", None)  # replay binding (§15.3); others have none
+        # Replay binding (§15.3) or the recorder's child ledger (§15.5); live providers have none.
+        hook = getattr(self.provider, "bind_child", None) or getattr(self.provider, "note_child", None)
         self.manager = ContinuationManager(
             registry=self.registry, store=self.store, factory=self.make_agent,
             config=self.manager_config, descriptor_hook=hook,
@@ -92,12 +104,16 @@ class Tree:
             hook(agent)
         return agent
 
-    async def create_root(self, root_id: str | None = None) -> Agent:
-        root_id = root_id or new_root_id()
-        bind_root = getattr(self.provider, "bind_root", None)
+    async def create_root(self, root_id: str | None = None, *, resume: str | None = None) -> Agent:
+        """A new root, or with `resume` an existing root session loaded with repair (§5.6)."""
+        root_id = resume or root_id or new_root_id()
+        bind_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
         if bind_root is not None:
             bind_root(root_id)
-        session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
+        if resume is not None:
+            session = await self.store.load(resume)
+        else:
+            session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
         root = self.make_agent(session, "root")
         self.registry.register(root)
         self.roots.append(root)
@@ -107,7 +123,8 @@ class Tree:
         return quiescence(self.manager, root)
 
     async def wait_quiet(self, root: Agent, *, release_parked: bool = True,
-                         on_stall: Callable[[list[str]], None] | None = None) -> None:
+                         on_stall: Callable[[list[str]], None] | None = None,
+                         released: set[str] | None = None) -> None:
         """Wait until S11 gives DONE; on STALLED, release parked work or keep waiting (`run.parked`)."""
         stalled_reported = False
         while True:
@@ -123,6 +140,8 @@ class Tree:
                     return
                 if state == "STALLED":
                     if release_parked:
+                        if released is not None:
+                            released.update(a.child_id for a in self.manager.activations.values() if a.parked)
                         await drain_descendants(self.manager, [root])
                         continue
                     if not stalled_reported and on_stall is not None:
@@ -150,6 +169,14 @@ class Tree:
             logger.warning("draining the manager failed", exc_info=True)
         await self.provider.aclose()
 
+    async def close_sessions(self) -> None:
+        """Best-effort flush and unlock of every live session (after an over-long shutdown)."""
+        for agent in list(self.registry):
+            try:
+                await self.store.close(agent.session)
+            except Exception:
+                logger.warning("closing %s failed", agent.id, exc_info=True)
+
 
 def quiescence(manager: ContinuationManager, root: Agent) -> Quiescence:
     # Sync span S11: root phase, materializations and all Activations are read together, so a
@@ -173,56 +200,180 @@ class RunResult:
     usage: dict[str, int]
     violations: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    subagents: list[dict[str, Any]] = field(default_factory=list)
     timed_out: bool = False
     interrupted: bool = False
+    released: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` final record (§17.3)."""
+        return {
+            "type": "result",
+            "rootSessionId": self.root_session_id,
+            "stopReason": self.stop_reason,
+            "exitCode": self.exit_code,
+            "output": self.output,
+            "usage": self.usage,
+            "subagents": self.subagents,
+            "violations": self.violations,
+            "timedOut": self.timed_out,
+            "interrupted": self.interrupted,
+            "released": self.released,
+        }
 
 
-async def run_tree(
-    *,
-    task: str | None = None,
-    transcript: str | Path | Transcript | None = None,
-    home: Path,
-    provider: ModelProvider | None = None,
-    options: AgentOptions | None = None,
-    manager_config: ManagerConfig | None = None,
-    batch_delay_ms: int = 0,
-    fsync: bool = False,
-    parked: Literal["wait", "release"] = "wait",
-    fences_allowed: bool = False,
-    fence_timeout: float = 10.0,
-) -> RunResult:
-    script: Transcript | None = None
-    if transcript is not None:
-        script = transcript if isinstance(transcript, Transcript) else load_transcript(transcript)
-        if task is None:
-            task = script.task
-        parked = "release"  # a transcript drives the run: nobody is there to resume parked work
+@dataclass
+class RunSinks:
+    """What a caller observes of a run; the CLI turns `--json`, TTY progress and warnings into these."""
+
+    on_event: Callable[[str, dict[str, Any]], None] | None = None
+    on_lifecycle: Callable[[dict[str, Any]], None] | None = None
+    on_progress: Callable[[str], None] | None = None
+    on_warning: Callable[[str], None] | None = None
+    on_started: Callable[[str], None] | None = None
+
+
+@dataclass
+class RunRequest:
+    """Everything one `dsh run` needs; `config` is the composed configuration (§14)."""
+
+    home: Path
+    config: Config = field(default_factory=Config)
+    task: str | None = None
+    transcript: Transcript | None = None
+    provider: ModelProvider | None = None
+    fences_allowed: bool = False
+    timeout: float | None = None
+    resume: str | None = None
+    stop: asyncio.Event | None = None  # set by the CLI on the first SIGINT / SIGTERM
+    serve_control: bool = False
+    sinks: RunSinks = field(default_factory=RunSinks)
+    record: Path | None = None  # wrap the live provider in a Recorder and write a transcript (§15.5)
+    overlays: list[str] = field(default_factory=list)  # as given on the command line, for the recording
+
+
+def _build_provider(request: RunRequest) -> ModelProvider:
+    if request.provider is not None:
+        return request.provider
+    if request.transcript is not None:
+        return ReplayProvider(request.transcript)
+    model = request.config.model
+    if model.provider == "replay":
+        raise ConfigError("model.provider is replay, which needs --transcript", code="CONFIG_INVALID")
+    from loader.models import OpenAICompatibleProvider, Recorder
+
+    live: ModelProvider = OpenAICompatibleProvider.from_env(model, os.environ)
+    return Recorder(live) if request.record is not None else live
+
+
+def _write_recording(request: RunRequest, provider: ModelProvider, task: str) -> None:
+    from loader.models import Recorder
+    from loader.models.recorder import secrets_from_env
+
+    if request.record is None or not isinstance(provider, Recorder):
+        return
+    secrets = secrets_from_env(os.environ)
+    key = os.environ.get(request.config.model.api_key_env)
+    if key:
+        secrets.append(key)
+    try:
+        provider.write(request.record, task=task, overlays=request.overlays or None, redact=secrets)
+    except OSError as exc:
+        _warn(request.sinks, f"dsh: could not write the recording {request.record}: {exc}")
+
+
+async def run_tree(request: RunRequest) -> RunResult:
+    """Run one tree to quiescence (§17.1): the one entry point the CLI and tests share."""
+    config = request.config
+    script = request.transcript
+    task = request.task if request.task is not None else (script.task if script is not None else None)
     if task is None:
-        raise ValueError("a task or a transcript with a task is required")
-    if provider is None:
-        if script is None:
-            raise ValueError("a transcript is required without a provider")
-        provider = ReplayProvider(script)
-    if script is not None and script.spec.fences and not fences_allowed:
+        raise ConfigError("a task or a transcript with a task is required", code="USAGE")
+    if script is not None and script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
-    tree = Tree(
-        home=home, provider=provider, options=options or AgentOptions(),
-        manager_config=manager_config or ManagerConfig(), batch_delay_ms=batch_delay_ms, fsync=fsync,
+    provider = _build_provider(request)
+    options = AgentOptions(
+        model=config.model.model if script is None else "replay",
+        system_prompt=config.agent.system_prompt,
+        max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
+        max_steps_per_turn=config.agent.max_steps_per_turn,
+        max_tokens=config.model.max_tokens,
+        temperature=config.model.temperature,
     )
+    tree = Tree(
+        home=request.home,
+        provider=provider,
+        options=options,
+        manager_config=ManagerConfig(
+            max_depth=config.subagents.max_depth,
+            report_delivery=config.subagents.report_delivery,
+            model=options.model,
+        ),
+        batch_delay_ms=config.persistence.batch_delay_ms,
+        fsync=config.persistence.fsync,
+    )
+    sinks = request.sinks
+    _attach_sinks(tree, sinks)
+    children = _ChildLedger(tree)
     fences: Fences | None = None
     if script is not None and script.spec.fences and isinstance(provider, ReplayProvider):
-        fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=fence_timeout)
+        fences = Fences(list(script.spec.fences), tree=tree, replay=provider,
+                        timeout=config.testing.fence_timeout_seconds)
         fences.install()
-    root = await tree.create_root()
+    root = await tree.create_root(resume=request.resume)
     boundary = len(root.session.events)
+    state = _RunState()
+    server = None
+    if request.serve_control:
+        from loader.host.server import ControlServer
+
+        server = ControlServer(tree, root, state=lambda: state.public(tree, root))
+        try:
+            await server.start()
+        except BaseException:
+            await tree.shutdown(root)
+            raise
+    if sinks.on_started is not None:
+        sinks.on_started(root.id)
+    timed_out = interrupted = False
     try:
         root.followup(user_message(task, {"kind": "user"}))
-        await tree.wait_quiet(root, release_parked=parked == "release")
+        outcome_wait = asyncio.ensure_future(
+            tree.wait_quiet(root, release_parked=config.run.parked == "release",
+                            on_stall=lambda ids: _warn(sinks, render("T-CLI-STALLED", ids=", ".join(ids))),
+                            released=children.released)
+        )
+        waits: set[asyncio.Future[Any]] = {outcome_wait}
+        stop_wait = asyncio.ensure_future(request.stop.wait()) if request.stop is not None else None
+        if stop_wait is not None:
+            waits.add(stop_wait)
+        done, _ = await asyncio.wait(waits, timeout=request.timeout, return_when=asyncio.FIRST_COMPLETED)
+        if outcome_wait in done:
+            outcome_wait.result()
+        else:
+            outcome_wait.cancel()
+            if stop_wait is not None and stop_wait in done:
+                interrupted = True
+            else:
+                timed_out = True
+                _warn(sinks, render("T-CLI-TIMEOUT", seconds=_seconds(request.timeout)))
+            root.cancel({"kind": "user"})
+        if stop_wait is not None and not stop_wait.done():
+            stop_wait.cancel()
     finally:
+        state.shutting_down = True
         events = list(root.session.events[boundary:])
         if fences is not None:
             fences.release()
-        await tree.shutdown(root)
+        try:
+            await asyncio.wait_for(tree.shutdown(root), config.run.shutdown_grace_seconds)
+        except TimeoutError:
+            logger.warning("shutdown exceeded %ss; remaining work was abandoned", config.run.shutdown_grace_seconds)
+            await tree.close_sessions()
+        finally:
+            if server is not None:
+                await server.close()
+            _write_recording(request, provider, task)
     violations: list[dict[str, Any]] = []
     if isinstance(provider, ReplayProvider):
         provider.finish_checks()
@@ -230,15 +381,120 @@ async def run_tree(
     if fences is not None:
         violations.extend(fences.finish())
     outcome = run_outcome(events)
+    stop_reason = outcome.stop_reason
+    if timed_out or interrupted:
+        stop_reason = "aborted"
     error = None
     if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":
         error = outcome.end["data"]["reason"].get("error")
     return RunResult(
         root_session_id=root.id,
-        stop_reason=outcome.stop_reason,
-        exit_code=exit_code_for(outcome.stop_reason, violations),
+        stop_reason=stop_reason,
+        exit_code=exit_code_for(stop_reason, violations),
         output=outcome.output,
         usage=outcome.usage,
         violations=violations,
         error=error,
+        subagents=children.summary(),
+        timed_out=timed_out,
+        interrupted=interrupted,
+        released=sorted(children.released),
     )
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:g}" if value is not None else "?"
+
+
+def _warn(sinks: RunSinks, text: str) -> None:
+    if sinks.on_warning is not None:
+        sinks.on_warning(text)
+    else:
+        logger.warning("%s", text)
+
+
+@dataclass
+class _RunState:
+    shutting_down: bool = False
+
+    def public(self, tree: Tree, root: Agent) -> Literal["running", "stalled", "shutting-down"]:
+        if self.shutting_down:
+            return "shutting-down"
+        return "stalled" if tree.quiescence(root) == "STALLED" else "running"
+
+
+class _ChildLedger:
+    """Children seen during the run, for the result's `subagents` list (§17.1 step 3)."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.released: set[str] = set()
+        self.tree = tree
+        tree.manager.events.on("subagent/start", self._start)
+        tree.manager.events.on("subagent/end", self._end)
+
+    def _start(self, edge: dict[str, Any]) -> None:
+        row = self.rows.setdefault(edge["sessionId"], {
+            "sessionId": edge["sessionId"], "parentSessionId": edge["parentSessionId"],
+            "label": _label(self.tree, edge["sessionId"]), "epochs": 0, "lastStopReason": None,
+        })
+        row["epochs"] = max(row["epochs"], int(edge["epoch"]))
+
+    def _end(self, edge: dict[str, Any]) -> None:
+        if edge["sessionId"] in self.rows:
+            self.rows[edge["sessionId"]]["lastStopReason"] = edge["stopReason"]
+
+    def summary(self) -> list[dict[str, Any]]:
+        return list(self.rows.values())
+
+
+def _label(tree: Tree, session_id: str) -> str:
+    agent = tree.registry.get(session_id)
+    if agent is None:
+        return ""
+    for event in agent.session.events:
+        if event["type"] == "subagent/descriptor":
+            return str(event["data"].get("label", ""))
+    return ""
+
+
+def _attach_sinks(tree: Tree, sinks: RunSinks) -> None:
+    if sinks.on_event is not None:
+        on_event = sinks.on_event
+
+        def attach(agent: Agent) -> None:
+            sid = agent.id
+            agent.session.subscribe(lambda event: on_event(sid, event))
+
+        tree.agent_hooks.append(attach)
+    if sinks.on_lifecycle is not None:
+        on_lifecycle = sinks.on_lifecycle
+
+        def edge(name: str) -> Callable[[dict[str, Any]], None]:
+            def forward(payload: dict[str, Any]) -> None:
+                record = {"type": "lifecycle", "name": name, **{k: v for k, v in payload.items() if k != "output"}}
+                on_lifecycle(record)
+
+            return forward
+
+        tree.manager.events.on("subagent/start", edge("subagent/start"))
+        tree.manager.events.on("subagent/end", edge("subagent/end"))
+    if sinks.on_progress is not None:
+        progress = sinks.on_progress
+
+        def watch(agent: Agent) -> None:
+            label = "root" if agent.header.get("parentSession") is None else agent.id[:8]
+
+            def on_event(event: dict[str, Any]) -> None:
+                nonlocal label
+                if event["type"] == "subagent/descriptor":
+                    label = str(event["data"].get("label") or label)
+                elif event["type"] == "turn/start":
+                    progress(f"[{label}] turn {event['data']['turn']} started")
+
+            agent.session.subscribe(on_event)
+
+        tree.agent_hooks.append(watch)
+        tree.manager.events.on(
+            "subagent/end", lambda e: progress(f"[{_label(tree, e['sessionId']) or e['sessionId'][:8]}] settled: {e['stopReason']}")
+        )

@@ -1,13 +1,16 @@
 """Model providers (SPEC §13): the protocol, the assembler, the OpenAI-compatible and replay
 providers, and the recorder.
 
-`agent/` imports only the protocol names from here; `headless` picks the provider.
+`agent/` imports only the protocol names from here; `headless` picks the provider. The live
+provider and the recorder load lazily (httpx, httpx-sse, ruamel.yaml): a replay run never pays for
+them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from loader.models.assembler import AssembledMessage, Assembler
-from loader.models.openai import OpenAICompatibleProvider
 from loader.models.protocol import (
     Chunk,
     Finish,
@@ -20,8 +23,11 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
-from loader.models.recorder import Recorder
 from loader.models.replay import DEFAULT_USAGE, ReplayProvider
+
+if TYPE_CHECKING:
+    from loader.models.openai import OpenAICompatibleProvider as OpenAICompatibleProvider
+    from loader.models.recorder import Recorder as Recorder
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -41,3 +47,15 @@ __all__ = [
     "ToolCallDelta",
     "Usage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAICompatibleProvider":
+        from loader.models.openai import OpenAICompatibleProvider
+
+        return OpenAICompatibleProvider
+    if name == "Recorder":
+        from loader.models.recorder import Recorder
+
+        return Recorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

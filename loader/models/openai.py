@@ -43,7 +43,7 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
@@ -57,6 +57,7 @@ __all__ = ["ModelSettings", "OpenAICompatibleProvider"]
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
 Sleep = Callable[[float], Awaitable[object]]
 Uniform = Callable[[float, float], float]
 
@@ -94,7 +95,7 @@ class _Failure:
     """One failed attempt before the first event."""
 
     code: str
-    what: str  # e.g. "answered HTTP 503", "could not connect"; never headers or bodies
+    what: str  # e.g. "the model provider answered HTTP 503"; never headers, bodies or the key
     status: int | None = None
     retryable: bool = False
     retry_after: float | None = None
@@ -102,8 +103,7 @@ class _Failure:
 
     def error(self, attempts: int) -> ProviderError:
         tail = f" after {attempts} attempts" if self.retryable and attempts > 1 else ""
-        return ProviderError(self.code, f"the model provider {self.what} ({self.code}){tail}",
-                             status=self.status)
+        return ProviderError(self.code, f"{self.what} ({self.code}){tail}", status=self.status)
 
 
 class OpenAICompatibleProvider:
@@ -149,8 +149,8 @@ class OpenAICompatibleProvider:
     ) -> OpenAICompatibleProvider:
         """Build from `model.*` settings; the key comes from the variable named by `apiKeyEnv`."""
         variable = settings.api_key_env
-        key = environ.get(variable, "")
-        if not key.strip():
+        key = environ.get(variable, "").strip()  # a trailing newline would break the header
+        if not key:
             raise ConfigError(
                 f"the model API key is missing: set the environment variable {variable}",
                 code="MISSING_API_KEY",
@@ -252,7 +252,7 @@ class OpenAICompatibleProvider:
             failure = _gap_failure(self.read_timeout, retryable=True)
             failure.cause = exc
         except SSEError as exc:
-            failure = _Failure("BAD_RESPONSE", "did not answer with an event stream",
+            failure = _Failure("BAD_RESPONSE", "the model provider did not answer with an event stream",
                                status=response.status_code, cause=exc)
         except (httpx.HTTPError, httpx.StreamError) as exc:
             failure = _transport_failure(exc, retryable=True)
@@ -326,7 +326,7 @@ async def _first_of(task: asyncio.Future[Any], signal: AbortSignal, timeout: flo
     return task.done()
 
 
-async def _abandon(task: asyncio.Future[Any]) -> object | None:
+async def _abandon(task: asyncio.Future[_T]) -> _T | None:
     """Cancel `task` and wait until it has unwound; returns its result if it finished anyway."""
     task.cancel()
     await asyncio.wait({task})
@@ -348,7 +348,7 @@ async def _close(events: AsyncGenerator[ServerSentEvent, None], response: httpx.
 
 def _status_failure(response: httpx.Response) -> _Failure:
     status = response.status_code
-    what = f"answered HTTP {status}"
+    what = f"the model provider answered HTTP {status}"
     if status in _RETRIED_STATUS:
         return _Failure(_RETRIED_STATUS[status], what, status=status, retryable=True,
                         retry_after=_retry_after(response.headers.get("retry-after")))
@@ -364,14 +364,20 @@ def _status_failure(response: httpx.Response) -> _Failure:
 
 
 def _transport_failure(exc: BaseException, *, retryable: bool = False) -> _Failure:
+    """`retryable` asks for a retry; only transport errors (timeouts, connect, read) get one."""
+    retryable = retryable and isinstance(exc, httpx.TransportError)
+    kind = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
-        return _Failure("TIMEOUT", f"timed out ({type(exc).__name__})", retryable=retryable, cause=exc)
-    what = "could not be reached" if isinstance(exc, httpx.ConnectError) else "connection failed"
-    return _Failure("NETWORK", f"{what} ({type(exc).__name__})", retryable=retryable, cause=exc)
+        return _Failure("TIMEOUT", f"the model provider timed out ({kind})", retryable=retryable,
+                        cause=exc)
+    what = ("could not connect to the model provider" if isinstance(exc, httpx.ConnectError)
+            else "the connection to the model provider failed")
+    return _Failure("NETWORK", f"{what} ({kind})", retryable=retryable, cause=exc)
 
 
 def _gap_failure(read_timeout: float, *, retryable: bool = False) -> _Failure:
-    return _Failure("TIMEOUT", f"sent nothing for {read_timeout:g} s", retryable=retryable)
+    return _Failure("TIMEOUT", f"the model provider sent nothing for {read_timeout:g} s",
+                    retryable=retryable)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -4,16 +4,13 @@ The pytest plugin and `dsh flow` share this path, so a snapshot and the CLI prin
 (§23 item 114). A run happens in a home the caller provides (the plugin passes a fresh temporary
 directory) under the test profile's settings: no write-behind delay, no fsync, fences allowed.
 
-`run_tree`'s keyword set is still growing (overlays, profiles), so the call is built from its
-signature: a feature the runner does not accept yet is not passed, and asking for overlays it cannot
-apply is an error rather than a silently different run.
+The environment does not leak into a flow: unless `environ` is given, no `DSH_*` variable applies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,31 +70,23 @@ async def arun_flow(
     home: Path,
     overlays: Sequence[str] = (),
     timeout: float = 60,
+    environ: Mapping[str, str] | None = None,
 ) -> Flow:
-    """Run `transcript` in `home`, project and normalize its flow; raise `TranscriptViolation` on
-    any violation and `TimeoutError` when the run outlives `timeout` seconds."""
-    from loader.headless import run_tree  # testing sits on headless; imported when a run starts
+    """Run `transcript` in `home` under the test profile, project and normalize its flow; raise
+    `TranscriptViolation` on any violation and `TimeoutError` when the run outlives `timeout`."""
+    from loader.config import compose  # testing sits on headless; imported when a run starts
+    from loader.headless import RunRequest, run_tree
     from loader.transcripts import load_transcript
 
     script = load_transcript(transcript)
-    params = inspect.signature(run_tree).parameters
-    kwargs: dict[str, Any] = {"transcript": script, "home": home}
-    wanted: dict[str, Any] = {
-        "batch_delay_ms": 0, "fsync": False, "fences_allowed": True, "profile": "test",
-    }
-    kwargs.update({name: value for name, value in wanted.items() if name in params})
-    if overlays:
-        if "overlays" not in params:
-            raise NotImplementedError("this run_tree does not accept overlays yet")
-        kwargs["overlays"] = list(overlays)
-    if "timeout" in params:
-        kwargs["timeout"] = timeout
-        result = await run_tree(**kwargs)
-    else:
-        try:
-            result = await asyncio.wait_for(run_tree(**kwargs), timeout)
-        except TimeoutError:
-            raise TimeoutError(f"transcript {script.spec.name!r} did not finish in {timeout}s") from None
+    composed = compose(
+        profile="test", overlays=list(overlays), transcript=script, environ=environ or {}, pytest_plugin=True
+    )
+    request = RunRequest(home=home, config=composed.config, transcript=script, fences_allowed=True)
+    try:
+        result = await asyncio.wait_for(run_tree(request), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"transcript {script.spec.name!r} did not finish in {timeout}s") from None
     for path in sorted((home / "sessions").glob("*/session.jsonl")):
         validate_log(read(path).events)  # a flow of an invalid log would pin a bug
     raw = project(home, result.root_session_id, result, result.violations, script.spec.name)

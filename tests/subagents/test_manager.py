@@ -351,28 +351,31 @@ async def test_delivery_racing_settlement_lands_exactly_once(make_tree, moment):
     root = await tree.create_root()
     edges = lifecycle(tree)
     sent: list[asyncio.Task[str]] = []
+    child_ids: list[str] = []
 
     def send() -> None:
         if not sent:
             sent.append(asyncio.ensure_future(
-                tree.manager.followup(root, child_id, "again", {"kind": "user"}, signal())
+                tree.manager.followup(root, child_ids[0], "again", {"kind": "user"}, signal())
             ))
 
     if moment == "disposal-open":
         def on_changed(_payload: object) -> None:
-            a = tree.manager.activations.get(child_id)
+            a = tree.manager.activations.get(child_ids[0]) if child_ids else None
             if a is not None and a.disposal is not None:
                 send()
 
         tree.manager.events.on("changed", on_changed)
     child_id, _ = await tree.manager.start_continuable(root, "c", "first", "sa", signal())
+    child_ids.append(child_id)
     if moment == "at-idle":
         child = tree.registry.get(child_id)
         child.events.on("agent/status", lambda p: p["status"] == "idle" and send())
 
     await within(tree.wait_quiet(root))
     assert len(sent) == 1
-    message_id = await within(sent[0])
+    message_id = await within(sent[0])  # resolves at acceptance, possibly after a cold read
+    await within(tree.wait_quiet(root))
     events = log(tree, child_id)
     assert user_texts(events).count("again") == 1
     assert [m["id"] for m in entered(events) if m["content"][0]["text"] == "again"] == [message_id]

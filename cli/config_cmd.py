@@ -1,0 +1,35 @@
+"""`dsh config show` (SPEC §19): the composed configuration with a provenance comment per leaf."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import fail, say
+
+app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
+
+
+@app.command("show")
+def show(
+    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
+    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
+    transcript: Annotated[Optional[str], typer.Option("--transcript", help="Transcript whose overlays apply.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Values and provenance as JSON.")] = False,
+) -> None:
+    """Print the configuration a run would use, and where each value came from."""
+    from loader.config import compose
+    from loader.errors import DshError
+    from loader.transcripts import load_transcript
+
+    try:
+        script = load_transcript(transcript) if transcript is not None else None
+        composed = compose(profile=profile, overlays=overlay or [], transcript=script)
+    except DshError as exc:
+        fail(exc.message, 2)
+    if json_output:
+        say(json.dumps(composed.to_json(), indent=2))
+    else:
+        typer.echo(composed.to_yaml(), nl=False)

@@ -1,0 +1,119 @@
+"""`dsh run` (SPEC §17, §19): one agent tree to quiescence; the answer on stdout.
+
+Exit codes (§17.3): 0 completed, 1 error/violations/internal, 2 usage or configuration, 3 max-tokens,
+4 aborted, 5 refusal, 130 SIGINT, 143 SIGTERM; precedence 130/143 > 2 > violations > stop reason.
+The runtime is imported inside the command: `dsh --help` never pays for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from cli.common import fail, resolve_home, say, warn
+
+
+def run(
+    task: Annotated[Optional[str], typer.Argument(help="The task for the root agent.")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
+    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
+    transcript: Annotated[Optional[str], typer.Option("--transcript", help="Replay a keyless transcript (name or path).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON events, lifecycle records and one result on stdout.")] = False,
+    home: Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
+    record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Continue this root session with TASK.")] = None,
+) -> None:
+    """Run one agent tree until it is quiet; print the root's answer."""
+    import asyncio
+    import signal
+
+    from loader.config import compose
+    from loader.errors import ConfigError, DshError
+    from loader.headless import RunRequest, RunSinks, run_tree
+    from loader.texts import TEXTS
+    from loader.transcripts import load_transcript
+
+    if task is None and transcript is None:
+        fail("give a TASK or --transcript NAME", 2)
+    if record is not None and transcript is not None:
+        fail("--record records a live run; it cannot be combined with --transcript", 2)
+    if resume is not None and task is None:
+        fail("--resume needs the TASK to continue with", 2)
+    try:
+        script = load_transcript(transcript) if transcript is not None else None
+        if script is not None and task is not None:
+            fail("give either TASK or --transcript (whose task is used), not both", 2)
+        composed = compose(profile=profile, overlays=overlay or [], transcript=script)
+    except DshError as exc:
+        fail(exc.message, 2)
+    if script is not None and script.spec.fences and not composed.fences_allowed:
+        from loader.texts import render
+
+        fail(render("T-CLI-FENCES", file=script.path), 2)
+
+    out = sys.stdout
+    sinks = RunSinks(on_warning=warn)
+    if json_output:
+        def emit(record_: dict[str, Any]) -> None:
+            out.write(json.dumps(record_, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+        sinks.on_event = lambda sid, event: emit({"type": "event", "sessionId": sid, "event": event})
+        sinks.on_lifecycle = emit
+    if sys.stderr.isatty():
+        sinks.on_progress = _progress_printer()
+
+    received: list[int] = []
+
+    async def main() -> Any:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if received:
+                os._exit(130 if received[0] == signal.SIGINT else 143)  # second signal: now
+            received.append(signum)
+            warn(TEXTS["T-CLI-SIGINT"])
+            stop.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        request = RunRequest(
+            home=resolve_home(home), config=composed.config, task=task, transcript=script,
+            fences_allowed=composed.fences_allowed, timeout=timeout, resume=resume, stop=stop,
+            serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
+        )
+        return await run_tree(request)
+
+    try:
+        result = asyncio.run(main())
+    except ConfigError as exc:
+        fail(exc.message, 2)
+    except DshError as exc:
+        fail(f"{exc.message} [{exc.code}]", 1)
+    if json_output:
+        out.write(json.dumps(result.to_json(), separators=(",", ":"), ensure_ascii=False) + "\n")
+        out.flush()
+    else:
+        say(result.output)
+    for v in result.violations:
+        warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
+    if result.stop_reason == "error" and result.error:
+        from loader.texts import render
+
+        warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
+    if received:
+        raise typer.Exit(130 if received[0] == signal.SIGINT else 143)
+    raise typer.Exit(result.exit_code)
+
+
+def _progress_printer() -> Any:
+    from rich.console import Console  # deferred; rich honours NO_COLOR
+
+    console = Console(stderr=True, highlight=False)
+    return lambda line: console.print(line, markup=False)

@@ -1,0 +1,233 @@
+"""`dsh sessions list|show|tree` (SPEC §19): read-only views of `$DSH_HOME/sessions`.
+
+Never repairs or locks anything (§5.6 `read`); liveness is asked of the owning run's socket.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from cli.common import fail, resolve_home, say, warn
+
+app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True)
+
+HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _headers(home: Path) -> dict[str, dict[str, Any]]:
+    headers: dict[str, dict[str, Any]] = {}
+    sessions = home / "sessions"
+    if not sessions.is_dir():
+        return headers
+    for path in sorted(sessions.glob("*/session.jsonl")):
+        try:
+            with path.open("rb") as f:
+                first = f.readline()
+            header = json.loads(first)
+        except (OSError, ValueError):
+            continue
+        if isinstance(header, dict) and header.get("type") == "session":
+            headers[path.parent.name] = header
+    return headers
+
+
+def _root_of(headers: dict[str, dict[str, Any]], session_id: str) -> str:
+    seen = {session_id}
+    current = session_id
+    for _ in range(64):
+        parent = headers.get(current, {}).get("parentSession")
+        if not parent or parent in seen or parent not in headers:
+            return str(parent or current) if parent and parent not in headers else current
+        seen.add(parent)
+        current = parent
+    return current
+
+
+class _Liveness:
+    """Asks each root's socket once whether a run serves it; returns its `run.status`."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._cache: dict[str, dict[str, Any] | None] = {}
+
+    def status(self, root_id: str) -> dict[str, Any] | None:
+        if root_id not in self._cache:
+            from loader.host.client import call_sync
+
+            try:
+                self._cache[root_id] = call_sync(self.home, root_id, "run.status", {}, timeout=2)
+            except Exception:
+                self._cache[root_id] = None
+        return self._cache[root_id]
+
+
+def _read(home: Path, session_id: str) -> Any:
+    from loader.errors import DshError
+    from loader.session import read
+
+    path = home / "sessions" / session_id / "session.jsonl"
+    if not path.is_file():
+        from loader.texts import render
+
+        fail(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=home), 2)
+    try:
+        return read(path)
+    except DshError as exc:
+        warn(f"dsh: {session_id}: {exc.message} [{exc.code}]")
+        raise typer.Exit(1) from None
+
+
+@app.command("list")
+def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> None:
+    """One row per session: id, createdAt, parent, origin, turns, last turn end, live."""
+    from datetime import datetime, timezone
+
+    from loader.errors import DshError
+    from loader.session import read
+
+    root_dir = resolve_home(home)
+    headers = _headers(root_dir)
+    live = _Liveness(root_dir)
+    rows = []
+    for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), kv[0])):
+        turns, last_end = 0, None
+        try:
+            events = read(root_dir / "sessions" / sid / "session.jsonl").events
+        except DshError:
+            events = []
+        for event in events:
+            if event["type"] == "turn/start":
+                turns += 1
+            elif event["type"] == "turn/end":
+                last_end = event["data"]["reason"].get("kind")
+        rows.append({
+            "id": sid,
+            "createdAt": header.get("createdAt"),
+            "parent": header.get("parentSession"),
+            "origin": header.get("origin"),
+            "turns": turns,
+            "lastTurnEnd": last_end,
+            "live": live.status(_root_of(headers, sid)) is not None,
+        })
+    if json_output:
+        for row in rows:
+            say(json.dumps(row, separators=(",", ":")))
+        return
+    for row in rows:
+        created = datetime.fromtimestamp((row["createdAt"] or 0) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        say("  ".join([
+            row["id"], created, row["parent"] or "-", row["origin"] or "root", f"turns={row['turns']}",
+            f"last={row['lastTurnEnd'] or '-'}", "live" if row["live"] else "-",
+        ]))
+
+
+def _summary(event: dict[str, Any]) -> str:
+    data = event.get("data", {})
+    kind = event["type"]
+    if kind in ("turn/start", "step/start", "step/end"):
+        return " ".join(f"{k}={v}" for k, v in data.items())
+    if kind == "turn/end":
+        reason = data.get("reason", {})
+        extra = reason.get("reason", {}).get("kind") or reason.get("error", {}).get("code") or ""
+        return f"turn={data.get('turn')} {reason.get('kind')} {extra}".rstrip()
+    if kind == "user/message":
+        text = " ".join(b.get("text", "") for b in data.get("content", []) if b.get("type") == "text")
+        return f"[{data.get('source', {}).get('kind')}] {_clip(text)}"
+    if kind == "assistant/message":
+        blocks = data.get("message", {}).get("content", [])
+        parts = [_clip(b.get("text", "")) if b.get("type") == "text" else f"<{b.get('type')} {b.get('name', '')}>".replace(" >", ">") for b in blocks]
+        tail = " (interrupted)" if data.get("interrupted") else f" finish={data.get('finish')}"
+        return " ".join(parts) + tail
+    if kind == "tool/call":
+        return f"{data.get('callId')} {data.get('name')} {_clip(str(data.get('arguments')))}"
+    if kind == "tool/result":
+        error = data.get("error")
+        return f"{data.get('callId')} " + (f"error {error.get('code')}" if error else "ok")
+    if kind == "agent/inbox/spliced":
+        return (f"{data.get('target')} +{len(data.get('inserted', []))} -{data.get('removedCount', 0)}"
+                + (f" {data['outcome']}" if data.get("outcome") else ""))
+    if kind == "subagent/descriptor":
+        return f"{data.get('mode')} label={data.get('label')!r}"
+    return _clip(json.dumps(data, separators=(",", ":")))
+
+
+def _clip(text: str, width: int = 80) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("show")
+def show(
+    session_id: Annotated[str, typer.Argument(metavar="ID")],
+    home: HomeOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Events of one session (`seq type summary`, or raw JSONL); torn or corrupt state is reported."""
+    root_dir = resolve_home(home)
+    result = _read(root_dir, session_id)
+    if json_output:
+        say(json.dumps(result.header, separators=(",", ":")))
+        for event in result.events:
+            say(json.dumps(event, separators=(",", ":")))
+    else:
+        for event in result.events:
+            say(f"{event['seq']:>5} {event['type']:<22} {_summary(event)}")
+    if result.issue is not None:
+        warn(f"dsh: {session_id}: torn tail after byte {result.issue['truncateTo']} (ignored; a resume repairs it)")
+
+
+@app.command("tree")
+def tree(
+    session_id: Annotated[str, typer.Argument(metavar="ID")],
+    home: HomeOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Descendants with label, mode, last stop reason and live status."""
+    from loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
+    from loader.errors import DshError
+    from loader.session import read
+
+    root_dir = resolve_home(home)
+    _read(root_dir, session_id)
+    headers = _headers(root_dir)
+    children: dict[str, list[str]] = {}
+    for sid, header in headers.items():
+        parent = header.get("parentSession")
+        if isinstance(parent, str):
+            children.setdefault(parent, []).append(sid)
+    status = _Liveness(root_dir).status(_root_of(headers, session_id))
+    live = {a["sessionId"]: a.get("status") for a in (status or {}).get("agents", [])}
+    rows: list[dict[str, Any]] = []
+
+    def visit(sid: str, depth: int, seen: set[str]) -> None:
+        try:
+            events = read(root_dir / "sessions" / sid / "session.jsonl").events
+        except DshError:
+            events = []
+        descriptor = next((e["data"] for e in events if e["type"] == "subagent/descriptor"), None)
+        mode = (descriptor or {}).get("mode", "root" if depth == 0 and not headers.get(sid, {}).get("parentSession") else "unknown")
+        fold = fold_consumed_work(events)
+        stop = epoch_stop_reason(fold) if mode == "continuable" else one_shot_stop_reason(fold)
+        if not any(e["type"] == "turn/start" for e in events):
+            stop = "-"
+        rows.append({"id": sid, "depth": depth, "label": (descriptor or {}).get("label"), "mode": mode,
+                     "lastStopReason": stop, "live": live.get(sid)})
+        for child in sorted(children.get(sid, []), key=lambda c: (headers[c].get("createdAt", 0), c)):
+            if child not in seen:
+                seen.add(child)
+                visit(child, depth + 1, seen)
+
+    visit(session_id, 0, {session_id})
+    if json_output:
+        for row in rows:
+            say(json.dumps(row, separators=(",", ":")))
+        return
+    for row in rows:
+        label = f" [{row['label']}]" if row["label"] else ""
+        state = f" {row['live']}" if row["live"] else ""
+        say(f"{'  ' * row['depth']}{row['id']}{label} {row['mode']} {row['lastStopReason']}{state}")
