@@ -17,7 +17,7 @@ from loader.errors import CheckpointError, DshError
 from loader.transcripts.fence_schema import Condition, Fence
 
 if TYPE_CHECKING:
-    from loader.headless import Tree
+    from loader.tree import Tree
     from loader.models import ReplayProvider
 
 __all__ = ["FenceTimeout", "Fences"]

@@ -1,0 +1,159 @@
+"""The tree runtime (SPEC §17.1–§17.2): store, registry, continuation manager, tools and provider of
+one agent tree, built once per run, plus the quiescence check (span S11).
+
+`Tree` is what `run_tree` drives and what tests drive directly, so both exercise the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from loader.agent import Agent, AgentOptions, AgentRegistry, Idle
+from loader.ids import new_root_id
+from loader.models import ModelProvider
+from loader.session import Session, SessionStore, make_header
+from loader.subagents import Catalogue, ContinuationManager, ManagerConfig, drain, drain_descendants, state_of
+from loader.tools import tools_for
+
+__all__ = ["Quiescence", "Tree", "quiescence"]
+
+logger = logging.getLogger(__name__)
+
+Quiescence = Literal["RUNNING", "DONE", "STALLED"]
+
+
+@dataclass
+class Tree:
+    """One agent tree's runtime objects, built once per run."""
+
+    home: Path
+    provider: ModelProvider
+    options: AgentOptions = field(default_factory=AgentOptions)
+    manager_config: ManagerConfig = field(default_factory=ManagerConfig)
+    batch_delay_ms: int = 0
+    fsync: bool = False
+    agent_class: type[Agent] = Agent
+
+    def __post_init__(self) -> None:
+        self.store = SessionStore(self.home, batch_delay_ms=self.batch_delay_ms, fsync=self.fsync)
+        self.registry = AgentRegistry()
+        self.catalogue = Catalogue(self.store.sessions_dir)
+        if self.manager_config.model is None:
+            self.manager_config = ManagerConfig(
+                max_depth=self.manager_config.max_depth,
+                report_delivery=self.manager_config.report_delivery,
+                model=self.options.model,
+            )
+        # Replay binding (§15.3) or the recorder's child ledger (§15.5); live providers have none.
+        hook = getattr(self.provider, "bind_child", None) or getattr(self.provider, "note_child", None)
+        self.manager = ContinuationManager(
+            registry=self.registry, store=self.store, factory=self.make_agent,
+            config=self.manager_config, descriptor_hook=hook,
+        )
+        self.agent_hooks: list[Callable[[Agent], None]] = []
+        self.roots: list[Agent] = []
+
+    def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
+        agent = self.agent_class(
+            session,
+            store=self.store,
+            provider=self.provider,
+            tools=tools_for(mode, self.manager, self.catalogue),
+            options=self.options,
+            registry=self.registry,
+        )
+        for hook in self.agent_hooks:
+            hook(agent)
+        return agent
+
+    async def create_root(self, root_id: str | None = None, *, resume: str | None = None) -> Agent:
+        """A new root, or with `resume` an existing root session loaded with repair (§5.6)."""
+        root_id = resume or root_id or new_root_id()
+        bind_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
+        if bind_root is not None:
+            bind_root(root_id)
+        if resume is not None:
+            session = await self.store.load(resume)
+        else:
+            session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
+        root = self.make_agent(session, "root")
+        self.registry.register(root)
+        self.roots.append(root)
+        return root
+
+    def quiescence(self, root: Agent) -> Quiescence:
+        return quiescence(self.manager, root)
+
+    async def wait_quiet(self, root: Agent, *, release_parked: bool = True,
+                         on_stall: Callable[[list[str]], None] | None = None,
+                         released: set[str] | None = None) -> None:
+        """Wait until S11 gives DONE; on STALLED, release parked work or keep waiting (`run.parked`)."""
+        stalled_reported = False
+        while True:
+            changed = asyncio.Event()  # a new fact gets a new event
+            offs = [
+                self.registry.events.on("agent/status", lambda _p: changed.set()),
+                self.registry.events.on("agent/maintenance-end", lambda _p: changed.set()),
+                self.manager.events.on("changed", lambda _p: changed.set()),
+            ]
+            try:
+                state = self.quiescence(root)
+                if state == "DONE":
+                    return
+                if state == "STALLED":
+                    if release_parked:
+                        if released is not None:
+                            released.update(a.child_id for a in self.manager.activations.values() if a.parked)
+                        await drain_descendants(self.manager, [root])
+                        continue
+                    if not stalled_reported and on_stall is not None:
+                        on_stall(sorted(a.child_id for a in self.manager.activations.values() if a.parked))
+                    stalled_reported = True
+                else:
+                    stalled_reported = False
+                await changed.wait()
+            finally:
+                for off in offs:
+                    off()
+
+    async def shutdown(self, *roots: Agent) -> None:
+        """Release each root's descendants, dispose the roots, drain the rest, close the provider."""
+        roots = roots or tuple(self.roots)
+        try:
+            await drain_descendants(self.manager, list(roots))
+        except Exception:
+            logger.warning("releasing subagents at shutdown failed", exc_info=True)
+        for root in roots:
+            await root.dispose()
+        try:
+            await drain(self.manager)
+        except Exception:
+            logger.warning("draining the manager failed", exc_info=True)
+        await self.provider.aclose()
+
+    async def close_sessions(self) -> None:
+        """Best-effort flush and unlock of every live session (after an over-long shutdown)."""
+        for agent in list(self.registry):
+            try:
+                await self.store.close(agent.session)
+            except Exception:
+                logger.warning("closing %s failed", agent.id, exc_info=True)
+
+
+def quiescence(manager: ContinuationManager, root: Agent) -> Quiescence:
+    # Sync span S11: root phase, materializations and all Activations are read together, so a
+    # settlement cannot slip between the reads.
+    if not isinstance(root.phase, Idle) or manager.materializations:
+        return "RUNNING"
+    for a in manager.activations.values():
+        if a.disposal is not None or not isinstance(a.agent.phase, Idle) or state_of(a) == "settled":
+            return "RUNNING"
+    if not manager.activations:
+        return "DONE"
+    return "STALLED"
