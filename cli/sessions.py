@@ -213,8 +213,9 @@ def tree(
         mode = (descriptor or {}).get("mode", "root" if depth == 0 and not headers.get(sid, {}).get("parentSession") else "unknown")
         fold = fold_consumed_work(events)
         stop = epoch_stop_reason(fold) if mode == "continuable" else one_shot_stop_reason(fold)
-        if not any(e["type"] == "turn/start" for e in events):
-            stop = "-"
+        turn_events = [e["type"] for e in events if e["type"] in ("turn/start", "turn/end")]
+        if not turn_events or turn_events[-1] == "turn/start":
+            stop = "-"  # nothing ran yet, or a turn is still open: no stop reason to show
         rows.append({"id": sid, "depth": depth, "label": (descriptor or {}).get("label"), "mode": mode,
                      "lastStopReason": stop, "live": live.get(sid)})
         for child in sorted(children.get(sid, []), key=lambda c: (headers[c].get("createdAt", 0), c)):
