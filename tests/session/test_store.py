@@ -11,6 +11,7 @@ import asyncio
 import fcntl
 import json
 import logging
+import threading
 import os
 import stat
 from pathlib import Path
@@ -209,12 +210,27 @@ async def test_failed_timer_write_is_retried_by_the_next_enqueue(
     store = make_store(io=io)
     session = await store.create(make_header(SID))
     size = store.path(SID).stat().st_size
-    with caplog.at_level(logging.WARNING, logger="loader.session.store"):
-        session.append("turn/start", {"turn": 1})
-        assert await asyncio.to_thread(io.truncated.wait, 5)
-        assert store.path(SID).stat().st_size == size
-        session.append("step/start", {"turn": 1, "step": 1})
-        assert await asyncio.to_thread(io.wrote.wait, 5)
+    logged = threading.Event()
+
+    class Flag(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "write of 1 events failed" in record.getMessage():
+                logged.set()
+
+    flag = Flag()
+    logging.getLogger("loader.session.store").addHandler(flag)
+    try:
+        with caplog.at_level(logging.WARNING, logger="loader.session.store"):
+            session.append("turn/start", {"turn": 1})
+            # The store logs only once the failed write is fully handled; append after that, so
+            # the retry comes from this enqueue and not from the still in-flight failed write.
+            assert await asyncio.to_thread(logged.wait, 5)
+            assert io.truncated.is_set()
+            assert store.path(SID).stat().st_size == size
+            session.append("step/start", {"turn": 1, "step": 1})
+            assert await asyncio.to_thread(io.wrote.wait, 5)
+    finally:
+        logging.getLogger("loader.session.store").removeHandler(flag)
     await store.flush(session)
     assert [e["seq"] for e in file_events(store.path(SID))] == [0, 1]
     assert any("write of 1 events failed" in r.getMessage() for r in caplog.records)
