@@ -58,11 +58,19 @@ def run(
         fail(render("T-CLI-FENCES", file=script.path), 2)
 
     out = sys.stdout
+
+    def emit(record_: dict[str, Any]) -> None:
+        # One flushed line per record: a reader follows the run live (e.g. to find a child to
+        # interrupt), and a block buffer would hold events back until the run ends.
+        line = json.dumps(record_, separators=(",", ":"), ensure_ascii=False) + "\n"
+        try:
+            out.write(line)
+            out.flush()
+        except BrokenPipeError:
+            _drop_stdout()
+
     sinks = RunSinks(on_warning=warn)
     if json_output:
-        def emit(record_: dict[str, Any]) -> None:
-            out.write(json.dumps(record_, separators=(",", ":"), ensure_ascii=False) + "\n")
-
         sinks.on_event = lambda sid, event: emit({"type": "event", "sessionId": sid, "event": event})
         sinks.on_lifecycle = emit
     if sys.stderr.isatty():
@@ -96,20 +104,33 @@ def run(
         fail(exc.message, 2)
     except DshError as exc:
         fail(f"{exc.message} [{exc.code}]", 1)
+    # Precedence (§17.3): a signal's 130 / 143 outranks the stop reason, in the record as in the exit.
+    exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
     if json_output:
-        out.write(json.dumps(result.to_json(), separators=(",", ":"), ensure_ascii=False) + "\n")
-        out.flush()
+        emit({**result.to_json(), "exitCode": exit_code})
     else:
-        say(result.output)
+        try:
+            say(result.output)
+        except BrokenPipeError:
+            _drop_stdout()
     for v in result.violations:
         warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
     if result.stop_reason == "error" and result.error:
         from loader.texts import render
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
-    if received:
-        raise typer.Exit(130 if received[0] == signal.SIGINT else 143)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(exit_code)
+
+
+def _drop_stdout() -> None:
+    """The reader closed stdout (`dsh run --json | head`): send the rest to /dev/null, so the run
+    finishes with its own exit code instead of a traceback per event and one more at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real descriptor (an in-process runner): nothing to redirect
+        pass
 
 
 def _progress_printer() -> Any:

@@ -107,6 +107,10 @@ class RunRequest:
     sinks: RunSinks = field(default_factory=RunSinks)
     record: Path | None = None  # wrap the live provider in a Recorder and write a transcript (§15.5)
     overlays: list[str] = field(default_factory=list)  # as given on the command line, for the recording
+    # Called with every agent the tree creates, root included, before it runs (after the sinks'
+    # own hooks): the seam for gating or observing agents that a transcript cannot express, such as
+    # a pre-step hook that rejects (a `refusal`, exit 5).
+    agent_hooks: list[Callable[[Agent], None]] = field(default_factory=list)
 
 
 def _build_provider(request: RunRequest) -> ModelProvider:
@@ -171,6 +175,7 @@ async def run_tree(request: RunRequest) -> RunResult:
     )
     sinks = request.sinks
     _attach_sinks(tree, sinks)
+    tree.agent_hooks.extend(request.agent_hooks)
     children = _ChildLedger(tree)
     fences: Fences | None = None
     if script is not None and script.spec.fences and isinstance(provider, ReplayProvider):
@@ -219,7 +224,6 @@ async def run_tree(request: RunRequest) -> RunResult:
             stop_wait.cancel()
     finally:
         state.shutting_down = True
-        events = list(root.session.events[boundary:])
         if fences is not None:
             fences.release()
         try:
@@ -237,7 +241,9 @@ async def run_tree(request: RunRequest) -> RunResult:
         violations = list(provider.violations)
     if fences is not None:
         violations.extend(fences.finish())
-    outcome = run_outcome(events)
+    # Read after shutdown: a turn cancelled by a timeout or signal converges during it, and its
+    # interrupted partial message and `turn/end` belong to this run's output (§7.4).
+    outcome = run_outcome(list(root.session.events[boundary:]))
     stop_reason = outcome.stop_reason
     if timed_out or interrupted:
         stop_reason = "aborted"

@@ -279,6 +279,26 @@ class ContinuationManager:
     ) -> str:
         if not is_valid_session_id(child_id):
             raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id)
+        # A cold resume counts as a materialization from its first await: until the Activation
+        # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
+        pending = Materialization(self.live_lineage(parent), asyncio.get_running_loop().create_future())
+        self.materializations.add(pending)
+        self.pulse()
+        try:
+            return await self._cold_resume_registered(parent, child_id, content, source, signal)
+        finally:
+            self.materializations.discard(pending)
+            pending.settled.set_result(None)
+            self.pulse()
+
+    async def _cold_resume_registered(
+        self,
+        parent: Agent,
+        child_id: str,
+        content: str | list[dict[str, Any]],
+        source: dict[str, Any],
+        signal: AbortSignal,
+    ) -> str:
         try:
             found = await asyncio.to_thread(self.store.read, child_id)
         except SessionError as exc:

@@ -47,8 +47,20 @@ def dispose(m: ContinuationManager, a: Activation) -> asyncio.Future[None]:
     # --- S5 end ---
     m.pulse()
     task = loop.create_task(_transaction(m, a, idle, children, done), name=f"dispose:{a.child_id}")
-    task.add_done_callback(_retrieve)
+    task.add_done_callback(lambda t: _settle_on_crash(t, done))
     return done
+
+
+def _settle_on_crash(task: asyncio.Task[None], done: asyncio.Future[None]) -> None:
+    """A transaction that crashed must still resolve its disposal: drains and followups await it."""
+    if done.done():
+        return
+    if task.cancelled():
+        done.cancel()
+        return
+    exc = task.exception()
+    logger.error("the disposal transaction crashed", exc_info=exc)
+    done.set_exception(exc if exc is not None else RuntimeError("disposal ended without a result"))
 
 
 async def _transaction(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loader.abort import AbortController
+from loader.abort import AbortController, AbortSignal
 from loader.agent import Agent, PreStep, text_of
 from loader.session import FileIO, read
 
@@ -28,7 +28,8 @@ async def within(aw: Awaitable[T], seconds: float = BACKSTOP_SECONDS) -> T:
     return await asyncio.wait_for(aw, seconds)
 
 
-def signal():  # noqa: ANN201 - an AbortSignal nobody aborts
+def signal() -> AbortSignal:
+    """A caller signal nobody aborts."""
     return AbortController().signal
 
 

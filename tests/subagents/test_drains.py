@@ -152,7 +152,8 @@ async def test_scoped_drain_cancels_one_forest_top_down_and_keeps_the_other_admi
 async def test_selected_drain_releases_one_forest_and_checks_authority_first(make_tree):
     """Matrix 49: `drain_children(root, [target, target])` releases target and its grandchild and
     leaves the sibling untouched; a stale parent object gets T-ERR-STALE even with `[]`; a live foreign
-    parent gets T-ERR-NOT-CHILD for `[target]`, while `[]` is an accepted no-op."""
+    parent gets T-ERR-NOT-CHILD for `[target]`, while `[]` is an accepted no-op; a list mixing an own
+    child with a grandchild is refused before any disposal opens."""
     tree = await make_tree(
         {
             "root": {"replies": [say("NOTED_T"), say("NOTED_S")]},
@@ -183,6 +184,11 @@ async def test_selected_drain_releases_one_forest_and_checks_authority_first(mak
         "UNAUTHORIZED", render("T-ERR-NOT-CHILD", pid=s_id, id=t_id)
     )
     assert await drain_children(tree.manager, sibling, []) is None
+    with pytest.raises(SubagentError) as mixed:  # every id is checked before any disposal opens
+        await drain_children(tree.manager, root, [t_id, g_id])
+    assert (mixed.value.code, mixed.value.message) == (
+        "UNAUTHORIZED", render("T-ERR-NOT-CHILD", pid=root.id, id=g_id)
+    )
     assert all(a.disposal is None for a in tree.manager.activations.values())
 
     await within(drain_children(tree.manager, root, [t_id, t_id]))

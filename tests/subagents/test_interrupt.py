@@ -278,6 +278,33 @@ async def test_unknown_one_shot_and_settled_targets_are_accepted_no_ops(make_tre
         assert target_id not in tree.manager.activations
 
 
+@pytest.mark.parametrize("authority", [pytest.param("user", id="m73-materializing-user"),
+                                       pytest.param("ancestor", id="m73-materializing-ancestor")])
+async def test_a_target_still_materializing_is_an_accepted_no_op(make_tree, authority):
+    """Matrix 73 / §10.2: an Activation that is installed but not yet resident is not cancelled."""
+    tree, watch, root = await build(make_tree, {
+        "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+        "child": {"spawnedBy": "sa", "replies": [text("the answer")]},
+    })
+    tried: list[str] = []
+
+    def on_changed(_payload: Any) -> None:
+        for a in list(tree.manager.activations.values()):
+            if not a.resident and a.child_id not in tried:
+                tried.append(a.child_id)
+                auth = UserAuthority(root.id) if authority == "user" else AncestorAuthority(root)
+                interrupt(tree.manager, a.child_id, auth)
+
+    tree.manager.events.on("changed", on_changed)
+    root.followup(user_message("go"))
+    await tree.wait_quiet(root)
+    child = watch.agents["child"]
+    assert tried == [child.id]
+    assert child.cancels[:1] == [(PARENT, False)]  # only the settlement's own disposal
+    assert all(not keep for _, keep in child.cancels)
+    assert turn_ends(child) == [COMPLETED]
+
+
 @pytest.mark.parametrize("authority", [pytest.param("user", id="m74-user"), pytest.param("ancestor", id="m74-ancestor")])
 async def test_interrupt_during_an_open_disposal_issues_no_second_cancel(make_tree, authority):
     """Matrix 74: once a scoped drain has opened the child's disposal, interrupt is a no-op."""
@@ -314,6 +341,13 @@ async def test_a_waking_send_during_interrupt_convergence_latches_and_resumes_fi
     })
     # A slow pre-step listener that ignores the abort keeps the interrupted turn converging.
     held = watch.hold("child", respect_abort=False)
+    try:
+        await _latch_during_convergence(tree, watch, root, held)
+    finally:
+        held.release.set()  # never leave teardown waiting on a hold that ignores the abort
+
+
+async def _latch_during_convergence(tree: Any, watch: TreeWatch, root: Agent, held: Any) -> None:
     root.followup(user_message("go"))
     await reach(held.reached)
     child = watch.agents["child"]
@@ -385,6 +419,13 @@ async def test_interrupt_returns_before_a_blocked_stream_close_is_released(make_
     tree.provider = gate  # agents built from here on stream through the gate
     tree.agent_hooks.append(lambda agent: setattr(gate, "gated", agent.id) if agent.header.get("parentSession") else None)
     root = await tree.create_root()
+    try:
+        await _interrupt_with_blocked_close(tree, watch, gate, root)
+    finally:
+        gate.release.set()  # never leave teardown waiting on the blocked close
+
+
+async def _interrupt_with_blocked_close(tree: Any, watch: TreeWatch, gate: _ClosingGate, root: Agent) -> None:
     root.followup(user_message("go"))
     await reach(watch.hang("child"))
     child = watch.agents["child"]

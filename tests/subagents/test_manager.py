@@ -32,9 +32,10 @@ from ._manager_kit import (
 )
 
 from loader.abort import AbortController, Aborted
-from loader.agent import Agent, user_message
+from loader.agent import user_message
 from loader.errors import SubagentError
 from loader.ids import new_child_id
+from loader.subagents import state_of
 from loader.texts import render
 
 
@@ -53,6 +54,7 @@ async def test_start_resolves_at_acceptance_with_the_insert_id_and_descriptor_fi
     assert child.header["parentSession"] == root.id
     assert child.header["origin"] == "subagent"
     assert child.header["delegationDepth"] == 1
+    assert child.header.get("cwd") == root.header.get("cwd")
     events = log(tree, child)
     types = [e["type"] for e in events]
     assert types[0] == "subagent/descriptor"
@@ -122,6 +124,10 @@ async def test_start_whose_signal_aborts_before_acceptance_leaves_nothing_regist
         await tree.manager.start_continuable(root, "c", "do it", "sa", controller.signal)
     assert list(tree.registry) == [root]
     assert tree.manager.activations == {} and tree.manager.materializations == set()
+    child_id = tree.provider.inner.session_of("child")
+    assert (child_id is None) == (when == "before-call")
+    if child_id is not None:  # created, then rolled back: its session is closed again
+        assert not tree.store.is_live(child_id) and inserts(log(tree, child_id)) == []
     assert edges.starts == [] and edges.ends == []
     assert tree.provider.requests == []
 
@@ -226,8 +232,6 @@ async def test_followup_to_a_child_waiting_on_its_grandchild_wakes_the_same_agen
     activation = tree.manager.activations[child_id]
     await within(gate.reached.wait())
     await within(child.when_idle())
-    from loader.subagents import state_of
-
     assert state_of(activation) == "waiting"
 
     await tree.manager.followup(root, child_id, "more", {"kind": "user"}, signal())

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from loader.agent import STOP_REASONS, Agent, user_message
-from loader.agent.messages import text_block
+from loader.agent import STOP_REASONS, Agent, text_block, user_message
 from loader.subagents import drain_children, render_settlement_notice, settlement_message
 from loader.texts import TEXTS, render
 
@@ -411,12 +410,17 @@ async def test_running_parent_held_at_pre_step_batches_two_notices_into_one_step
         }
     )
     gate = hold(tree, "root", turn=1, step=2)
+    children = [hold(tree, "c1"), hold(tree, "c2")]  # they settle only while the root is held
     root = await tree.create_root()
     root.events.on(
         "agent/inbox/inserted",
         lambda p: len(settled_inserts(log(tree, root))) == 2 and gate.release(),
     )
     root.followup(user_message("go"))
+    await within(gate.reached.wait())
+    for child in children:
+        await within(child.reached.wait())
+        child.release()
     await within(tree.wait_quiet(root))
 
     events = log(tree, root)

@@ -198,12 +198,59 @@ async def test_report_and_notice_to_a_maintaining_root_enter_one_step_after_main
     assert turn_ends(root)[-1] == {"kind": "completed"}
 
 
+async def test_a_wakeup_report_to_a_maintaining_resident_parent_goes_through_admit_waking(make_tree):
+    """§11.1 / §9.3 rule 2: a report to a resident middle parent in maintenance is recorded in its
+    Activation's `accepted` before the latched steer, so the middle stays resident and runs
+    `[report, notice]` in one step once maintenance ends."""
+    tree, watch, root = await build(make_tree, {
+        "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+        "middle": {"spawnedBy": "sa", "replies": [calls(spawn("sb")), text("M STARTED"), text("M GOT BOTH")]},
+        "inner": {"spawnedBy": "sb", "replies": [text("inner answer")]},
+    })
+    held = watch.hold("inner")
+    root.followup(user_message("go"))
+    await reach(held.reached)
+    await reach(watch.idle_after_run("middle"))
+    middle, inner = watch.agents["middle"], watch.agents["inner"]
+    ma = tree.manager.activations[middle.id]
+
+    finish = asyncio.Event()
+    done = middle.run_maintenance(lambda _sig: finish.wait())
+    report_id = report_from(tree.manager, inner, "R", signal())
+    assert report_id in ma.accepted
+    assert [m["id"] for m in middle.inbox.next_step] == [report_id]
+
+    held.release.set()
+    await reach(watch.ended("inner"))
+    assert ma.owned_children == set() and tree.manager.activations.get(middle.id) is ma
+    assert ma.disposal is None
+
+    finish.set()
+    await reach(done)
+    await tree.wait_quiet(root)
+    turn, step, entered = step_batches(middle)[-1]
+    assert (turn, step) == (2, 1)
+    assert [m["id"] for m in entered][0] == report_id
+    assert source_kinds(entered) == ["subagent-report", "subagent-settled"]
+
+
 async def test_the_root_cannot_report(make_tree):
     """Matrix 82 (root sender): `UNAUTHORIZED` T-ERR-NOT-REPORTER."""
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     with pytest.raises(SubagentError) as info:
         report_from(tree.manager, root, "x", signal())
     assert (info.value.code, info.value.message) == ("UNAUTHORIZED", TEXTS["T-ERR-NOT-REPORTER"])
+
+
+async def test_a_stale_child_object_cannot_report(make_tree):
+    """Matrix 82 (sender check): only the agent the Activation holds may report, not another object
+    for the same session id."""
+    tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
+    stale = RecordingAgent(child.session, store=tree.store, provider=tree.provider, registry=tree.registry)
+    with pytest.raises(SubagentError) as info:
+        report_from(tree.manager, stale, "x", signal())
+    assert (info.value.code, info.value.message) == ("UNAUTHORIZED", TEXTS["T-ERR-NOT-REPORTER"])
+    assert root.inbox.next_step == [] and root.status == "idle"
 
 
 async def test_a_report_to_a_parent_that_is_gone_is_parent_unavailable(make_tree):

@@ -33,3 +33,39 @@ async def test_idle_root_gets_one_notice_turn_from_a_settled_child(make_tree):
     assert [b["text"] for b in notices[0]["content"]][1:] == ["Most recent output from the subagent:", "the answer"]
     assert len(settled) == 1 and settled[0]["stopReason"] == "completed"
     assert tree.manager.activations == {}
+
+
+async def test_cold_resume_keeps_the_run_from_reading_done_while_it_reads_the_header(make_tree):
+    """S11 must not read DONE while a delivery is cold-resuming a settled child (e.g. `dsh send`)."""
+    from loader.abort import AbortController
+
+    tree = await make_tree(
+        {
+            "root": {
+                "replies": [
+                    {"toolCalls": [{"id": "sa", "name": "subagent", "arguments": {"label": "c", "prompt": "one"}}]},
+                    {"text": "STARTED"},
+                    {"text": "NOTED"},
+                    {"text": "NOTED AGAIN"},
+                ]
+            },
+            "child": {"spawnedBy": "sa", "replies": [{"text": "first"}, {"text": "second"}]},
+        }
+    )
+    root = await tree.create_root()
+    root.followup(user_message("go"))
+    await tree.wait_quiet(root)
+    child_id = tree.provider.inner.session_of("child")
+    assert tree.quiescence(root) == "DONE"
+    seen: list[str] = []
+    real_read = tree.store.read
+
+    def spying_read(session_id: str):
+        seen.append(tree.quiescence(root))
+        return real_read(session_id)
+
+    tree.store.read = spying_read  # the store is the seam the cold resume reads through
+    await tree.manager.followup(root, child_id, "again", {"kind": "user"}, AbortController().signal)
+    assert seen == ["RUNNING"]
+    await tree.wait_quiet(root)
+    assert tree.manager.counters.epochs[child_id] == 2

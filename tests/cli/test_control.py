@@ -1,0 +1,167 @@
+"""`dsh interrupt` and `dsh send` (SPEC §18.4, §19, §22; matrix 107): route an address to the live
+run's control socket and print one of the §19 texts.
+
+Error rows run in-process over a home a finished replay run left behind (no socket answers there).
+The end-to-end test uses two real processes: a `dsh run --json` whose child hangs with a follow-up
+queued behind it, and a `dsh interrupt` started once the NDJSON stream shows that state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_kit import hold_until_hang, log_events, run_dsh, spawn, texts_of, transcript
+
+from loader.texts import render
+
+STRANGER = "session-00000000-0000-4000-8000-000000000000"  # a valid id with no session file
+
+
+@pytest.fixture
+def finished(dsh, home):
+    """A home holding one finished tree: `(root, child)`; no run serves it any more."""
+    result = dsh("run", "--json", "--transcript", "background-settlement", "--home", home)
+    assert result.exit_code == 0, result.stderr
+    start = next(r for r in map(json.loads, result.stdout.splitlines())
+                 if r["type"] == "lifecycle" and r["name"] == "subagent/start")
+    return start["parentSessionId"], start["sessionId"]
+
+
+@pytest.mark.parametrize("command", ["interrupt", "send"])
+@pytest.mark.parametrize("address", [
+    pytest.param("no-slash", id="no-slash"),
+    pytest.param("a/", id="empty-child"),
+    pytest.param("/b", id="empty-parent"),
+    pytest.param("a/b/c", id="three-parts"),
+    pytest.param("a b/c", id="space"),
+])
+def test_m107_bad_address_exits_2(dsh, home, command, address):
+    """Matrix 107: an address that is not `<valid id>/<valid id>` → T-CLI-BAD-ADDRESS, exit 2."""
+    extra = ["hello"] if command == "send" else []
+    result = dsh(command, address, *extra, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-BAD-ADDRESS", value=address) + "\n"
+
+
+@pytest.mark.parametrize("command", ["interrupt", "send"])
+def test_unknown_sessions_exit_2(dsh, home, command):
+    """Neither the child nor the parent has a file: T-CLI-UNKNOWN-SESSION names the child."""
+    extra = ["hello"] if command == "send" else []
+    result = dsh(command, f"{STRANGER}/child-1", *extra, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-UNKNOWN-SESSION", id="child-1", home=home) + "\n"
+
+
+def test_m107_interrupt_without_a_live_run_is_an_accepted_no_op(dsh, home, finished):
+    """Matrix 107: the address routes to a root whose run has ended → T-CLI-NO-RUN on stdout, exit 0;
+    the logs are untouched."""
+    root, child = finished
+    before = {sid: (home / "sessions" / sid / "session.jsonl").read_bytes() for sid in (root, child)}
+
+    result = dsh("interrupt", f"{root}/{child}", "--home", home)
+
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == render("T-CLI-NO-RUN", child=child) + "\n"
+    assert before == {sid: (home / "sessions" / sid / "session.jsonl").read_bytes() for sid in (root, child)}
+
+
+def test_send_without_a_live_run_fails_with_exit_1(dsh, home, finished):
+    """§19: follow-ups need a live run → T-CLI-SEND-NO-RUN, exit 1; nothing is written."""
+    root, child = finished
+    before = (home / "sessions" / child / "session.jsonl").read_bytes()
+
+    result = dsh("send", f"{root}/{child}", "more work", "--home", home)
+
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == "dsh: " + render("T-CLI-SEND-NO-RUN", child=child) + "\n"
+    assert (home / "sessions" / child / "session.jsonl").read_bytes() == before
+
+
+def test_an_unknown_child_routes_through_its_parent(dsh, home, finished):
+    """§18.4: a child id without a file routes from the parent's header; with no live run the
+    interrupt is still the accepted no-op."""
+    root, _child = finished
+
+    result = dsh("interrupt", f"{root}/not-a-child", "--home", home)
+
+    assert (result.exit_code, result.stdout, result.stderr) == (0, render("T-CLI-NO-RUN", child="not-a-child") + "\n", "")
+
+
+# -- two processes ---------------------------------------------------------------------------------
+
+PARKED_FOLLOWUP = {
+    "root": {"replies": [
+        spawn("start-worker", label="worker", prompt="Work on the long task."),
+        {"toolCalls": [{"id": "queue-more", "name": "send_message",
+                        "arguments": {"agent_id": "{{child:start-worker}}", "message": "FOLLOW_UP"}}]},
+        {"text": "ROOT_DONE"},
+    ]},
+    "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {"text": "partial"}}]},
+}
+
+
+def test_m107_interrupt_from_a_second_process_stops_the_child_and_keeps_its_queue(live_run, home, tmp_path):
+    """Matrix 107 end to end: `dsh interrupt` with the wrong parent is refused (exit 1,
+    T-CLI-UNAUTHORIZED); with the right one it stops the hanging child's turn (exit 0,
+    T-CLI-INTERRUPTED).
+
+    The follow-up the root queued while the child's turn 1 was running is never claimed: a waking send
+    accepted before the abort does not latch (§6.3, §10.3), so the interrupted child parks with it
+    queued. No one resumes it, the run is STALLED, and a transcript run forces `run.parked: release`
+    (§17.2): the release discards the follow-up as a canceled splice and the child settles `aborted`.
+    The root's answer is unaffected: exit 0, `ROOT_DONE`."""
+    script = transcript(tmp_path, "parked-followup", PARKED_FOLLOWUP, fences=hold_until_hang("worker"))
+    run = live_run("--transcript", script, "--home", home)
+    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
+    root, child = start["parentSessionId"], start["sessionId"]
+    run.wait_event(child, "turn/start", turn=1)
+    run.wait_event(child, "step/start", turn=1, step=1)
+    run.wait_event(child, "user/message")  # the prompt entered the step: next is the hanging request
+    queued = run.wait_for(
+        lambda r: r["type"] == "event" and r["sessionId"] == child and r["event"]["type"] == "agent/inbox/spliced"
+        and any(texts_of(m) == ["FOLLOW_UP"] for m in r["event"]["data"]["inserted"]), "the queued follow-up")
+    run.wait_event(root, "turn/end", turn=1)  # the fence: the child's hang was reached before root step 2
+
+    wrong = run_dsh("interrupt", f"{STRANGER}/{child}", "--home", home)
+    assert (wrong.returncode, wrong.stdout) == (1, "")
+    assert wrong.stderr == "dsh: " + render("T-CLI-UNAUTHORIZED", child=child, parent=STRANGER) + "\n"
+
+    right = run_dsh("interrupt", f"{root}/{child}", "--home", home)
+    assert (right.returncode, right.stderr) == (0, "")
+    assert right.stdout == render("T-CLI-INTERRUPTED", child=child) + "\n"
+
+    assert run.finish() == 0
+    assert run.stderr == b""
+    final = run.records[-1]
+    assert (final["type"], final["exitCode"], final["output"], final["violations"]) == ("result", 0, "ROOT_DONE", [])
+    assert final["released"] == [child]
+    assert final["subagents"][0]["lastStopReason"] == "aborted"
+
+    events = log_events(home, child)
+    kinds = [e["type"] for e in events]
+    (end,) = [e for e in events if e["type"] == "turn/end"]
+    assert end["data"] == {"turn": 1, "reason": {"kind": "aborted", "reason": {"kind": "user"}}}
+    assert kinds.count("turn/start") == 1
+    # Queued during turn 1 (next-turn), never claimed, removed by the release after the turn ended.
+    insert = queued["event"]
+    assert insert["data"]["target"] == "next-turn"
+    assert events[kinds.index("turn/start")]["seq"] < insert["seq"] < end["seq"]
+    follow_up_id = insert["data"]["inserted"][0]["id"]
+    assert not any(e["type"] == "user/message" and e["data"]["id"] == follow_up_id for e in events)
+    removals = [e for e in events if e["type"] == "agent/inbox/spliced" and e["data"].get("removedCount")]
+    canceled = [e for e in removals if e["data"].get("outcome") == "canceled"]
+    assert [(e["data"]["target"], e["data"]["removedCount"]) for e in canceled] == [("next-turn", 1)]
+    assert canceled[0]["seq"] > end["seq"]
+    # The child's partial reply was logged as interrupted; the root heard of the settlement only by
+    # an injected notice (no new root turn).
+    partial = [e for e in events if e["type"] == "assistant/message"]
+    assert [(texts_of(e), e["data"].get("interrupted")) for e in partial] == [(["partial"], True)]
+    root_events = log_events(home, root)
+    assert [e["data"]["turn"] for e in root_events if e["type"] == "turn/start"] == [1]
+    notices = [(e["data"]["target"], m["source"]) for e in root_events if e["type"] == "agent/inbox/spliced"
+               for m in e["data"]["inserted"] if m["source"]["kind"] == "subagent-settled"]
+    assert [(target, src["senderSessionId"], src["stopReason"]) for target, src in notices] == [
+        ("next-step", child, "aborted")]

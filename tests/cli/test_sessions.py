@@ -1,0 +1,160 @@
+"""`dsh sessions list|show|tree` (SPEC §19, §5.6): read-only views of `$DSH_HOME/sessions`.
+
+The home is the one a replay of scenario (a) leaves: a root and one continuable child, both
+`completed`. The views never repair or lock anything, so a torn tail is reported and the file's
+bytes stay as they were; liveness comes from the run's socket, checked against a live subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from cli_kit import hold_until_hang, log_events, spawn, transcript
+
+from loader.texts import render
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+@pytest.fixture
+def tree_home(dsh, home):
+    """`(root, child)` of a finished background-settlement run under `home`."""
+    result = dsh("run", "--json", "--transcript", "background-settlement", "--home", home)
+    assert result.exit_code == 0, result.stderr
+    start = next(r for r in map(json.loads, result.stdout.splitlines())
+                 if r["type"] == "lifecycle" and r["name"] == "subagent/start")
+    return start["parentSessionId"], start["sessionId"]
+
+
+def log_path(home: Path, sid: str) -> Path:
+    return home / "sessions" / sid / "session.jsonl"
+
+
+def test_list_prints_one_row_per_session_oldest_first(dsh, home, tree_home):
+    root, child = tree_home
+
+    result = dsh("sessions", "list", "--home", home)
+
+    assert (result.exit_code, result.stderr) == (0, "")
+    rows = [line.split("  ") for line in result.stdout.splitlines()]
+    assert [[r[0], *r[2:]] for r in rows] == [
+        [root, "-", "root", "turns=1", "last=completed", "-"],
+        [child, root, "subagent", "turns=1", "last=completed", "-"],
+    ]
+    assert all(ISO.match(r[1]) for r in rows)
+
+
+def test_list_json_rows_carry_the_header_facts(dsh, home, tree_home):
+    root, child = tree_home
+
+    result = dsh("sessions", "list", "--json", "--home", home)
+
+    assert (result.exit_code, result.stderr) == (0, "")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    headers = {sid: json.loads(log_path(home, sid).read_bytes().split(b"\n", 1)[0]) for sid in tree_home}
+    assert rows == [
+        {"id": root, "createdAt": headers[root]["createdAt"], "parent": None, "origin": None,
+         "turns": 1, "lastTurnEnd": "completed", "live": False},
+        {"id": child, "createdAt": headers[child]["createdAt"], "parent": root, "origin": "subagent",
+         "turns": 1, "lastTurnEnd": "completed", "live": False},
+    ]
+
+
+def test_show_prints_seq_type_summary_per_event_and_json_prints_the_log(dsh, home, tree_home):
+    root, _child = tree_home
+    events = log_events(home, root)
+
+    text = dsh("sessions", "show", root, "--home", home)
+    raw = dsh("sessions", "show", root, "--json", "--home", home)
+
+    assert (text.exit_code, text.stderr, raw.exit_code, raw.stderr) == (0, "", 0, "")
+    lines = text.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [[str(e["seq"]), e["type"]] for e in events]
+    assert lines[-1].split()[2:] == ["turn=1", "completed"]
+    assert any("PARENT_RECEIVED_CHILD_RESULT" in line for line in lines)
+    header, *shown = [json.loads(line) for line in raw.stdout.splitlines()]
+    assert header["id"] == root and header["type"] == "session"
+    assert shown == events
+
+
+def test_show_reports_a_torn_tail_without_repairing_it(dsh, home, tree_home):
+    """§5.6 / §22: read-only views ignore a torn final line, say so on stderr, and leave the bytes."""
+    root, _child = tree_home
+    path = log_path(home, root)
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"type":"turn/start","seq":19,"ti')
+    torn = path.read_bytes()
+
+    result = dsh("sessions", "show", root, "--home", home)
+
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == len(log_events(home, root))
+    assert result.stderr == f"dsh: {root}: torn tail after byte {len(good)} (ignored; a resume repairs it)\n"
+    assert path.read_bytes() == torn
+
+
+def test_show_reports_a_corrupt_log_without_touching_it(dsh, home, tree_home):
+    """Damage before a committed `turn/end` is corruption (§5.6): reported with its code, exit 1."""
+    root, _child = tree_home
+    path = log_path(home, root)
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = b"{not json"
+    path.write_bytes(b"\n".join(lines))
+    damaged = path.read_bytes()
+
+    result = dsh("sessions", "show", root, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"dsh: {root}: ") and result.stderr.endswith("[SESSION_CORRUPT]\n")
+    assert path.read_bytes() == damaged
+    path.write_bytes(b"\n".join(lines[:3]) + b"\n")  # leave a valid log for the home's teardown check
+
+
+@pytest.mark.parametrize("command", ["show", "tree"])
+def test_unknown_session_id_exits_2(dsh, home, tree_home, command):
+    result = dsh("sessions", command, "session-nope", "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-UNKNOWN-SESSION", id="session-nope", home=home) + "\n"
+
+
+def test_tree_shows_the_child_with_label_mode_and_stop_reason(dsh, home, tree_home):
+    root, child = tree_home
+
+    text = dsh("sessions", "tree", root, "--home", home)
+    raw = dsh("sessions", "tree", root, "--json", "--home", home)
+
+    assert (text.exit_code, text.stderr) == (0, "")
+    assert text.stdout == f"{root} root completed\n  {child} [answer child] continuable completed\n"
+    assert [json.loads(line) for line in raw.stdout.splitlines()] == [
+        {"id": root, "depth": 0, "label": None, "mode": "root", "lastStopReason": "completed", "live": None},
+        {"id": child, "depth": 1, "label": "answer child", "mode": "continuable", "lastStopReason": "completed",
+         "live": None},
+    ]
+
+
+def test_list_and_tree_ask_the_live_run_for_liveness(dsh, live_run, home, tmp_path):
+    """`live` comes from the owning run's socket answering `run.status`; `tree` adds each agent's
+    status. A run whose child hangs stays live until SIGINT."""
+    agents = {"root": {"replies": [spawn("start-worker"), {"text": "ROOT_WAITING"}]},
+              "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {}}]}}
+    run = live_run("--transcript", transcript(tmp_path, "hanging", agents, fences=hold_until_hang("worker")),
+                   "--home", home)
+    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
+    root, child = start["parentSessionId"], start["sessionId"]
+    run.wait_event(child, "step/start", turn=1, step=1)
+    run.wait_event(root, "turn/end", turn=1)
+
+    listed = dsh("sessions", "list", "--json", "--home", home)
+    tree = dsh("sessions", "tree", root, "--json", "--home", home)
+
+    assert {r["id"]: r["live"] for r in map(json.loads, listed.stdout.splitlines())} == {root: True, child: True}
+    rows = [json.loads(line) for line in tree.stdout.splitlines()]
+    assert [(r["id"], r["mode"]) for r in rows] == [(root, "root"), (child, "continuable")]
+    assert rows[0]["live"] == "idle" and rows[1]["live"] == "running"
+    run.signal(signal.SIGINT)
+    assert run.finish() == 130

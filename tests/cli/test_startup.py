@@ -1,0 +1,82 @@
+"""Start-up cost of the command (STYLE §10): `import cli.main` and the `dsh interrupt` path load only
+typer and the stdlib-level `loader` modules; the runtime, pydantic, httpx and ruamel.yaml load inside
+the commands that need them. Each check runs in a fresh interpreter, where `sys.modules` is honest.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_kit import subprocess_env
+
+from loader.texts import render
+
+HEAVY = ("httpx", "pydantic", "pydantic_settings", "ruamel.yaml", "loader.headless", "loader.agent", "loader.tree",
+         "loader.config", "loader.session")
+
+REPORT = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+
+
+def modules_after(code: str, *, cwd: Path | None = None) -> tuple[list[str], str]:
+    """Run `code` then print `sys.modules` as the last stdout line; returns (modules, other stdout)."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{REPORT}"], capture_output=True, text=True, timeout=30,
+        env=subprocess_env(), cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    *before, last = done.stdout.splitlines()
+    return json.loads(last), "\n".join(before)
+
+
+def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules]
+
+
+def test_importing_the_app_loads_no_runtime_and_no_rich():
+    modules, _ = modules_after("import cli.main")
+
+    assert loaded(modules, (*HEAVY, "rich", "typer.rich_utils")) == []
+
+
+def test_the_rpc_client_path_loads_no_runtime_and_no_asyncio():
+    """`dsh interrupt` talks to the socket synchronously; asyncio is not needed either."""
+    modules, _ = modules_after("import cli.control, loader.host.client")
+
+    assert loaded(modules, (*HEAVY, "asyncio", "loader.host.server")) == []
+
+
+# typer >= 0.2x coerces every command parameter through a pydantic `TypeAdapter` when the command
+# runs (typer/_coercion.py `build_runtime_param`), so running any command loads pydantic itself; that
+# is typer's cost, not an import of ours. Everything of dsh's own must still stay out.
+TYPER_RUNTIME = frozenset({"pydantic"})
+
+
+@pytest.mark.parametrize("argv_tail", [[], ["hello"]], ids=["interrupt", "send"])
+def test_running_interrupt_and_send_end_to_end_stays_light(tmp_path, argv_tail):
+    """The whole command, routing included (headers read, socket tried), against a home whose run
+    has ended: T-CLI-NO-RUN / T-CLI-SEND-NO-RUN, and none of the runtime in `sys.modules`."""
+    root, child = "session-11111111-1111-4111-8111-111111111111", "child-1"
+    for sid, extra in ((root, {}), (child, {"parentSession": root, "origin": "subagent"})):
+        (tmp_path / "sessions" / sid).mkdir(parents=True)
+        header = {"type": "session", "version": 1, "id": sid, "createdAt": 1, "cwd": "/", "delegationDepth": 0, **extra}
+        (tmp_path / "sessions" / sid / "session.jsonl").write_text(json.dumps(header) + "\n")
+    command = "send" if argv_tail else "interrupt"
+    code = (
+        "from cli.main import app\n"
+        "try:\n"
+        f"    app({[command, f'{root}/{child}', *argv_tail, '--home', str(tmp_path)]!r})\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+    )
+    modules, stdout = modules_after(code)
+
+    expected = (
+        "exit 1" if command == "send" else f"{render('T-CLI-NO-RUN', child=child)}\nexit 0"
+    )
+    assert stdout == expected
+    heavy = tuple(name for name in HEAVY if name not in TYPER_RUNTIME)
+    assert loaded(modules, (*heavy, "asyncio", "rich")) == []
