@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from loader.abort import AbortSignal
+from loader.abort import AbortController, AbortSignal
 from loader.agent import Agent, PreStep
 
 T = TypeVar("T")
@@ -90,6 +90,19 @@ class Hold:
             release.cancel()
 
 
+def maintenance_until(finish: asyncio.Event) -> Any:
+    """A maintenance task that runs until `finish` is set or its own signal aborts."""
+
+    async def task(signal: AbortSignal) -> None:
+        done = asyncio.ensure_future(finish.wait())
+        try:
+            await asyncio.wait({done, signal.wait()}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+
+    return task
+
+
 class TreeWatch:
     """Installed on a tree before its root is created: agents by script key, pre-step holds, hang
     events and settlement (`subagent/end`) events."""
@@ -163,6 +176,19 @@ class TreeWatch:
     def requests_of(self, key: str) -> list[Any]:
         session_id = self.replay.session_of(key)
         return [r for r in self.tree.provider.requests if r.session_id == session_id]
+
+
+async def build(make_tree: Any, agents: dict[str, Any], **kw: Any) -> tuple[Any, TreeWatch, Agent]:
+    """A tree of `RecordingAgent`s with a `TreeWatch` installed, and its root (not yet prompted)."""
+    tree = await make_tree(agents, agent_class=RecordingAgent, **kw)
+    watch = TreeWatch(tree)
+    root = await tree.create_root()
+    return tree, watch, root
+
+
+def fresh_signal() -> AbortSignal:
+    """A caller signal that never aborts."""
+    return AbortController().signal
 
 
 # -- log queries ---------------------------------------------------------------------------------

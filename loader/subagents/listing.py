@@ -99,10 +99,9 @@ def list_agents(
 ) -> list[dict[str, Any]]:
     entries = catalogue.entries()
     by_parent: dict[str, list[CatalogueEntry]] = {}
-    unreadable: list[CatalogueEntry] = []
     for e in entries:
         if e.header is None:
-            unreadable.append(e)
+            continue  # without a header the parent is unknown: nothing to list it under
             continue
         parent = e.header.get("parentSession")
         if isinstance(parent, str) and e.header.get("origin") == "subagent":

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController
 from loader.agent import Agent, user_message
 from loader.errors import SubagentError
 from loader.ids import new_child_id
@@ -29,31 +28,25 @@ from loader.subagents import (
 )
 from loader.texts import render
 from tree_kit import (
+    build,
+    fresh_signal,
     HANG,
     RecordingAgent,
     TreeWatch,
     calls,
     first_texts,
+    maintenance_until,
     reach,
+    source_kinds,
     spawn,
     text,
+    texts,
     turn_ends,
     user_messages,
 )
 
 USER = {"kind": "user"}
 PARENT = {"kind": "parent"}
-
-
-def signal() -> Any:
-    return AbortController().signal
-
-
-async def build(make_tree: Any, agents: dict[str, Any], **kw: Any) -> tuple[Any, TreeWatch, Agent]:
-    tree = await make_tree(agents, agent_class=RecordingAgent, **kw)
-    watch = TreeWatch(tree)
-    root = await tree.create_root()
-    return tree, watch, root
 
 
 def aborted(cause: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +68,7 @@ async def test_interrupted_child_parks_its_queue_until_the_next_followup(make_tr
     child = watch.agents["child"]
     cid = child.id
     for body in ("B", "C"):
-        await tree.manager.followup(root, cid, body, USER, signal())
+        await tree.manager.followup(root, cid, body, USER, fresh_signal())
 
     assert interrupt(tree.manager, cid, UserAuthority(root.id)) is None
     assert child.cancels == [(USER, True)]
@@ -85,21 +78,17 @@ async def test_interrupted_child_parks_its_queue_until_the_next_followup(make_tr
     assert a.agent is child and child.status == "idle"
     assert a.parked and state_of(a) == "running"
     assert list_agents(tree.manager, tree.catalogue, root.id) == [{"id": cid, "label": "task", "status": "parked"}]
-    assert [texts_of_first(m) for m in child.inbox.next_turn] == ["B", "C"]
+    assert [texts(m)[0] for m in child.inbox.next_turn] == ["B", "C"]
     assert len(watch.requests_of("child")) == 1
     assert not any(m["source"]["kind"] == "subagent-settled" for m in user_messages(root))
 
-    await tree.manager.followup(root, cid, "D", USER, signal())
+    await tree.manager.followup(root, cid, "D", USER, fresh_signal())
     await tree.wait_quiet(root)
     assert first_texts(child) == ["do it", "B", "C", "D"]
     assert turn_ends(child) == [aborted(USER), COMPLETED, COMPLETED, COMPLETED]
     assert child.cancels[0] == (USER, True) and all(not keep for _, keep in child.cancels[1:])
     notices = [m for m in user_messages(root) if m["source"]["kind"] == "subagent-settled"]
     assert [n["source"]["stopReason"] for n in notices] == ["completed"]
-
-
-def texts_of_first(message: dict[str, Any]) -> str:
-    return message["content"][0]["text"]
 
 
 async def test_interrupting_a_child_leaves_its_running_grandchild_alone(make_tree):
@@ -281,7 +270,7 @@ async def test_unknown_one_shot_and_settled_targets_are_accepted_no_ops(make_tre
 @pytest.mark.parametrize("authority", [pytest.param("user", id="m73-materializing-user"),
                                        pytest.param("ancestor", id="m73-materializing-ancestor")])
 async def test_a_target_still_materializing_is_an_accepted_no_op(make_tree, authority):
-    """Matrix 73 / §10.2: an Activation that is installed but not yet resident is not cancelled."""
+    """Matrix 73: a target still materializing (§10.2) — an Activation that is installed but not yet resident is not cancelled."""
     tree, watch, root = await build(make_tree, {
         "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
         "child": {"spawnedBy": "sa", "replies": [text("the answer")]},
@@ -351,13 +340,13 @@ async def _latch_during_convergence(tree: Any, watch: TreeWatch, root: Agent, he
     root.followup(user_message("go"))
     await reach(held.reached)
     child = watch.agents["child"]
-    await tree.manager.followup(root, child.id, "B", USER, signal())
+    await tree.manager.followup(root, child.id, "B", USER, fresh_signal())
 
     interrupt(tree.manager, child.id, UserAuthority(root.id))
     assert child.status == "running"
-    await tree.manager.followup(root, child.id, "D", USER, signal())
+    await tree.manager.followup(root, child.id, "D", USER, fresh_signal())
     assert child.status == "running" and child.phase.wake_requested is True
-    assert [m["content"][0]["text"] for m in child.inbox.next_turn] == ["B", "D"]
+    assert [texts(m)[0] for m in child.inbox.next_turn] == ["B", "D"]
     assert watch.requests_of("child") == []
 
     held.release.set()
@@ -365,6 +354,38 @@ async def _latch_during_convergence(tree: Any, watch: TreeWatch, root: Agent, he
     assert first_texts(child) == ["B", "D"]
     assert turn_ends(child) == [aborted(USER), COMPLETED, COMPLETED]
     assert len(watch.requests_of("child")) == 2
+
+
+async def test_interrupting_a_child_in_maintenance_aborts_the_task_and_keeps_its_latch(make_tree):
+    """§10.3: the maintenance task's signal aborts with cause `parent`; a followup that latched
+    during maintenance still runs once maintenance ends."""
+    tree, watch, root = await build(make_tree, {
+        "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+        "child": {"spawnedBy": "sa", "replies": [calls(spawn("sb")), text("C STARTED"), text("b"), text("noted")]},
+        "grand": {"spawnedBy": "sb", "replies": [text("grand answer")]},
+    })
+    held = watch.hold("grand")
+    root.followup(user_message("go"))
+    await reach(held.reached)
+    await reach(watch.idle_after_run("child"))
+    child = watch.agents["child"]
+    done = child.run_maintenance(maintenance_until(asyncio.Event()))  # ends only on its abort
+    maintenance = child.phase
+    await tree.manager.followup(root, child.id, "B", USER, fresh_signal())
+    assert maintenance.wake_requested is True
+
+    interrupt(tree.manager, child.id, AncestorAuthority(root))
+    assert child.cancels == [(PARENT, True)]
+    assert maintenance.abort.signal.aborted and maintenance.abort.signal.reason == PARENT
+    assert maintenance.wake_requested is True
+    await reach(done)
+    await reach(child.when_idle())
+    assert first_texts(child)[-1] == "B"
+    assert turn_ends(child) == [COMPLETED, COMPLETED]
+
+    held.release.set()
+    await tree.wait_quiet(root)
+    assert source_kinds(user_messages(child))[-1] == "subagent-settled"
 
 
 class _ClosingGate:

@@ -13,18 +13,21 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController
+from loader.abort import AbortController, Aborted
 from loader.agent import Agent, user_message
 from loader.errors import ConfigError, SubagentError
-from loader.subagents import ManagerConfig, drain_descendants, report_from
+from loader.subagents import ManagerConfig, drain_children, drain_descendants, report_from
 from loader.texts import TEXTS, render
 from tree_kit import (
+    build,
+    fresh_signal,
     RecordingAgent,
     TreeWatch,
     call,
     calls,
     events_of,
     inserted,
+    maintenance_until,
     reach,
     result_text,
     source_kinds,
@@ -36,17 +39,6 @@ from tree_kit import (
     turn_ends,
     user_messages,
 )
-
-
-def signal() -> Any:
-    return AbortController().signal
-
-
-async def build(make_tree: Any, agents: dict[str, Any], **kw: Any) -> tuple[Any, TreeWatch, Agent]:
-    tree = await make_tree(agents, agent_class=RecordingAgent, **kw)
-    watch = TreeWatch(tree)
-    root = await tree.create_root()
-    return tree, watch, root
 
 
 ONE_CHILD = {
@@ -70,7 +62,7 @@ async def test_wakeup_report_to_an_idle_root_starts_a_turn(make_tree):
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     turns_before = len(events_of(root, "turn/start"))
 
-    message_id = report_from(tree.manager, child, "the result", signal())
+    message_id = report_from(tree.manager, child, "the result", fresh_signal())
 
     assert root.status == "running"
     assert len(events_of(root, "turn/start")) == turns_before + 1
@@ -93,7 +85,7 @@ async def test_quiet_report_waits_in_next_step_without_a_turn(make_tree):
     turns_before = len(events_of(root, "turn/start"))
     requests_before = len(tree.provider.requests)
 
-    message_id = report_from(tree.manager, child, "the result", signal())
+    message_id = report_from(tree.manager, child, "the result", fresh_signal())
 
     assert [m["id"] for m in root.inbox.next_step] == [message_id]
     assert root.inbox.next_turn == []
@@ -116,8 +108,8 @@ async def test_two_wakeup_reports_to_a_running_root_share_one_step(make_tree):
     await reach(child_held.reached)
     child = watch.agents["child"]
 
-    first = report_from(tree.manager, child, "FIRST", signal())
-    second = report_from(tree.manager, child, "SECOND", signal())
+    first = report_from(tree.manager, child, "FIRST", fresh_signal())
+    second = report_from(tree.manager, child, "SECOND", fresh_signal())
     assert [m["id"] for m in root.inbox.next_step] == [first, second]
 
     root_held.release.set()
@@ -172,15 +164,8 @@ async def test_report_and_notice_to_a_maintaining_root_enter_one_step_after_main
     child = watch.agents["child"]
 
     finish = asyncio.Event()
-    started = asyncio.Event()
-
-    async def maintenance(sig: Any) -> None:
-        started.set()
-        await finish.wait()
-
-    done = root.run_maintenance(maintenance)
-    await reach(started)
-    report_id = report_from(tree.manager, child, "R", signal())
+    done = root.run_maintenance(maintenance_until(finish))
+    report_id = report_from(tree.manager, child, "R", fresh_signal())
     held.release.set()
     await reach(watch.ended("child"))
     assert [m["id"] for m in root.inbox.next_step] == [report_id]
@@ -215,8 +200,8 @@ async def test_a_wakeup_report_to_a_maintaining_resident_parent_goes_through_adm
     ma = tree.manager.activations[middle.id]
 
     finish = asyncio.Event()
-    done = middle.run_maintenance(lambda _sig: finish.wait())
-    report_id = report_from(tree.manager, inner, "R", signal())
+    done = middle.run_maintenance(maintenance_until(finish))
+    report_id = report_from(tree.manager, inner, "R", fresh_signal())
     assert report_id in ma.accepted
     assert [m["id"] for m in middle.inbox.next_step] == [report_id]
 
@@ -234,36 +219,65 @@ async def test_a_wakeup_report_to_a_maintaining_resident_parent_goes_through_adm
     assert source_kinds(entered) == ["subagent-report", "subagent-settled"]
 
 
+async def test_a_report_with_an_aborted_signal_is_refused_before_anything_is_sent(make_tree):
+    """§11.2 step 1: the abort check comes first; the parent's inbox is untouched."""
+    tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
+    controller = AbortController()
+    controller.abort({"kind": "user"})
+    inserts_before = len(inserted(root))
+    with pytest.raises(Aborted):
+        report_from(tree.manager, child, "x", controller.signal)
+    assert len(inserted(root)) == inserts_before and root.status == "idle"
+
+
 async def test_the_root_cannot_report(make_tree):
-    """Matrix 82 (root sender): `UNAUTHORIZED` T-ERR-NOT-REPORTER."""
+    """Matrix 82: root sender — `UNAUTHORIZED` T-ERR-NOT-REPORTER."""
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     with pytest.raises(SubagentError) as info:
-        report_from(tree.manager, root, "x", signal())
+        report_from(tree.manager, root, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("UNAUTHORIZED", TEXTS["T-ERR-NOT-REPORTER"])
 
 
 async def test_a_stale_child_object_cannot_report(make_tree):
-    """Matrix 82 (sender check): only the agent the Activation holds may report, not another object
+    """Matrix 82: sender check — only the agent the Activation holds may report, not another object
     for the same session id."""
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     stale = RecordingAgent(child.session, store=tree.store, provider=tree.provider, registry=tree.registry)
     with pytest.raises(SubagentError) as info:
-        report_from(tree.manager, stale, "x", signal())
+        report_from(tree.manager, stale, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("UNAUTHORIZED", TEXTS["T-ERR-NOT-REPORTER"])
     assert root.inbox.next_step == [] and root.status == "idle"
 
 
 async def test_a_report_to_a_parent_that_is_gone_is_parent_unavailable(make_tree):
-    """Matrix 82 (parent gone): the root is disposed while its child is resident."""
+    """Matrix 82: parent gone — the root is disposed while its child is resident."""
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     await root.dispose()
     with pytest.raises(SubagentError) as info:
-        report_from(tree.manager, child, "x", signal())
+        report_from(tree.manager, child, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("PARENT_UNAVAILABLE", TEXTS["T-ERR-PARENT-GONE"])
+    assert info.value.__cause__ is None  # refused by the lookup, not by a failed send
+
+
+async def test_a_report_from_a_child_whose_disposal_is_open_is_activation_closing(make_tree):
+    """§11.2 step 3: a selected drain of the child opens its disposal while the parent keeps
+    admitting; the report is `ACTIVATION_CLOSING` T-ERR-CLOSING-REPORT and nothing reaches the root."""
+    tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
+    a = tree.manager.activations[child.id]
+    drain = asyncio.ensure_future(drain_children(tree.manager, root, [child.id]))
+    opened = asyncio.Event()
+    tree.manager.events.on("changed", lambda _p: opened.set() if a.disposal is not None else None)
+    await reach(opened)
+    inserts_before = len(inserted(root))
+    with pytest.raises(SubagentError) as info:
+        report_from(tree.manager, child, "x", fresh_signal())
+    assert (info.value.code, info.value.message) == ("ACTIVATION_CLOSING", TEXTS["T-ERR-CLOSING-REPORT"])
+    assert len(inserted(root)) == inserts_before
+    await reach(drain)
 
 
 async def test_a_report_whose_send_raises_is_parent_unavailable_and_leaves_no_accepted_id(make_tree):
-    """Matrix 82 (parent send raises): a resident middle parent refuses the steer; the error is
+    """Matrix 82: parent send raises — a resident middle parent refuses the steer; the error is
     `PARENT_UNAVAILABLE` with the cause attached, and `admit_waking` has discarded the id."""
     tree, watch, root = await build(make_tree, {
         "root": {"replies": [calls(spawn("sa")), text("STARTED")]},
@@ -281,7 +295,7 @@ async def test_a_report_whose_send_raises_is_parent_unavailable_and_leaves_no_ac
     middle.fail_sends = boom  # type: ignore[attr-defined]
 
     with pytest.raises(SubagentError) as info:
-        report_from(tree.manager, inner, "x", signal())
+        report_from(tree.manager, inner, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("PARENT_UNAVAILABLE", TEXTS["T-ERR-PARENT-GONE"])
     assert info.value.__cause__ is boom
     assert ma.accepted == set()
@@ -289,20 +303,20 @@ async def test_a_report_whose_send_raises_is_parent_unavailable_and_leaves_no_ac
 
 
 async def test_a_report_from_a_draining_lineage_is_refused(make_tree):
-    """Matrix 82 (lineage draining): `DRAINING` (scoped to the root) once a scoped drain began."""
+    """Matrix 82: lineage draining — `DRAINING` (scoped to the root) once a scoped drain began."""
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     drain = asyncio.ensure_future(drain_descendants(tree.manager, [root]))
     opened = asyncio.Event()
     tree.manager.events.on("changed", lambda _p: opened.set() if tree.manager.closing_scopes else None)
     await reach(opened)
     with pytest.raises(SubagentError) as info:
-        report_from(tree.manager, child, "x", signal())
+        report_from(tree.manager, child, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("DRAINING", render("T-ERR-DRAINING-SCOPED", root=root.id))
     await reach(drain)
 
 
 async def test_one_shot_children_have_no_report_tool(make_tree):
-    """Matrix 82 (one-shot): the one-shot child's requests carry no tools at all, so no `report`."""
+    """Matrix 82: one-shot — the one-shot child's requests carry no tools at all, so no `report`."""
     tree, watch, root = await build(make_tree, {
         "root": {"replies": [calls(spawn("so", run_in_background=False)), text("DONE")]},
         "once": {"spawnedBy": "so", "replies": [text("one-shot answer")]},
@@ -319,7 +333,7 @@ async def test_one_shot_children_have_no_report_tool(make_tree):
     pytest.param("Wakeup", id="m83-wrong-case"),
 ])
 def test_an_unknown_report_delivery_is_a_configuration_error(value):
-    """Matrix 83 (validation part): only `wakeup` and `quiet` are accepted; anything else is a
+    """Matrix 83: validation part — only `wakeup` and `quiet` are accepted; anything else is a
     `ConfigError` naming `subagents.reportDelivery`. (File and line come with config loading.)"""
     with pytest.raises(ConfigError) as info:
         ManagerConfig(report_delivery=value)  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ from loader.session import make_header
 from loader.subagents import UserAuthority, interrupt, list_agents
 from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 from tree_kit import (
+    build,
     HANG,
-    RecordingAgent,
     TreeWatch,
     call,
     calls,
@@ -34,13 +34,6 @@ ROOT_TOOLS = ["subagent", "send_message", "list_agents", "interrupt_agent"]
 SYSTEM = TEXTS["T-SYSTEM-DEFAULT"]
 DELEGATION = TEXTS["T-SYSTEM-DELEGATION"]
 REPORTING = TEXTS["T-SYSTEM-REPORTING"]
-
-
-async def build(make_tree: Any, agents: dict[str, Any], **kw: Any) -> tuple[Any, TreeWatch, Agent]:
-    tree = await make_tree(agents, agent_class=RecordingAgent, **kw)
-    watch = TreeWatch(tree)
-    root = await tree.create_root()
-    return tree, watch, root
 
 
 def names(request: Any) -> list[str]:
@@ -96,7 +89,7 @@ async def test_tool_schemas_carry_the_spec_descriptions(make_tree):
 
 
 async def test_subagent_without_run_in_background_starts_a_continuable_child(make_tree):
-    """Matrix 84 (omitted): value `{kind: continuable, sessionId}` and text T-SPAWN-BG."""
+    """Matrix 84: omitted — value `{kind: continuable, sessionId}` and text T-SPAWN-BG."""
     tree, watch, root = await _three_shapes(make_tree)
     result = tool_results(root)["sa"]
     child_id = watch.id_of("child")
@@ -106,7 +99,7 @@ async def test_subagent_without_run_in_background_starts_a_continuable_child(mak
 
 
 async def test_a_foreground_subagent_returns_the_childs_output(make_tree):
-    """Matrix 84 (`false`): value `{kind: foreground, sessionId, stopReason, output}`; the text is
+    """Matrix 84: `false` — value `{kind: foreground, sessionId, stopReason, output}`; the text is
     the child's output."""
     tree, watch, root = await _three_shapes(make_tree)
     result = tool_results(root)["so"]
@@ -120,7 +113,7 @@ async def test_a_foreground_subagent_returns_the_childs_output(make_tree):
 
 
 async def test_a_foreground_subagent_without_text_output_says_so(make_tree):
-    """Matrix 84 (empty output): T-SPAWN-FG-EMPTY."""
+    """Matrix 84: empty output — T-SPAWN-FG-EMPTY."""
     tree, watch, root = await build(make_tree, {
         "root": {"replies": [calls(spawn("so", run_in_background=False)), text("DONE")]},
         "once": {"spawnedBy": "so", "replies": [{"reasoning": "thinking only"}]},
@@ -133,7 +126,7 @@ async def test_a_foreground_subagent_without_text_output_says_so(make_tree):
 
 
 async def test_a_foreground_subagent_that_does_not_complete_is_subagent_incomplete(make_tree):
-    """Matrix 84 (non-completed): `SUBAGENT_INCOMPLETE` with T-ERR-INCOMPLETE and the partial text,
+    """Matrix 84: non-completed — `SUBAGENT_INCOMPLETE` with T-ERR-INCOMPLETE and the partial text,
     rendered T-TOOL-ERROR."""
     tree, watch, root = await build(make_tree, {
         "root": {"replies": [calls(spawn("so", run_in_background=False)), text("DONE")]},
