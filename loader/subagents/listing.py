@@ -102,7 +102,6 @@ def list_agents(
     for e in entries:
         if e.header is None:
             continue  # without a header the parent is unknown: nothing to list it under
-            continue
         parent = e.header.get("parentSession")
         if isinstance(parent, str) and e.header.get("origin") == "subagent":
             by_parent.setdefault(parent, []).append(e)
