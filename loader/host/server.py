@@ -135,6 +135,13 @@ class ControlServer:
                 os.unlink(self.path)
         except FileNotFoundError:
             pass
+        if self.path.parent.name.startswith("dsh-"):
+            # The long-path fallback directory is ours alone; leave nothing behind in /tmp once the
+            # last run using it ends (another live run's socket keeps it, and rmdir then fails).
+            try:
+                self.path.parent.rmdir()
+            except OSError:
+                pass
 
     # -- connections ----------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
