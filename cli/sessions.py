@@ -93,7 +93,7 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
     root_dir = resolve_home(home)
     headers = _headers(root_dir)
     live = _Liveness(root_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), kv[0])):
         turns, last_end = 0, None
         try:
@@ -212,7 +212,7 @@ def tree(
         descriptor = next((e["data"] for e in events if e["type"] == "subagent/descriptor"), None)
         mode = (descriptor or {}).get("mode", "root" if depth == 0 and not headers.get(sid, {}).get("parentSession") else "unknown")
         fold = fold_consumed_work(events)
-        stop = epoch_stop_reason(fold) if mode == "continuable" else one_shot_stop_reason(fold)
+        stop: str = epoch_stop_reason(fold) if mode == "continuable" else one_shot_stop_reason(fold)
         turn_events = [e["type"] for e in events if e["type"] in ("turn/start", "turn/end")]
         if not turn_events or turn_events[-1] == "turn/start":
             stop = "-"  # nothing ran yet, or a turn is still open: no stop reason to show

@@ -76,9 +76,9 @@ async def drive(agent: Agent, opened: OpenedTurn | BaseException) -> None:
     except BaseException as exc:  # every failure stops the driver here; the turn already ended
         logger.debug("driver of %s stopped: %r", agent.id, exc)
     finally:
-        phase = agent.phase
-        turn = phase.turn if isinstance(phase, Running) else getattr(phase, "last_turn", 0)
-        wake = phase.wake_requested if isinstance(phase, Running) else False
+        final = agent.phase
+        turn = final.turn if isinstance(final, Running) else getattr(final, "last_turn", 0)
+        wake = final.wake_requested if isinstance(final, Running) else False
         agent._converge(turn, wake)
 
 
@@ -220,9 +220,9 @@ async def _next_chunk(stream: Any, signal: AbortSignal) -> Any:
     """Race the next chunk against the abort: an abandoned read never delays the turn's end."""
     if signal.aborted:
         raise Aborted(signal.reason)
-    nxt = asyncio.ensure_future(anext(stream, None))
-    aborted = signal.wait()
-    done, _ = await asyncio.wait({nxt, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    nxt: asyncio.Future[Any] = asyncio.ensure_future(anext(stream, None))
+    waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
+    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     if nxt in done:
         return nxt.result()
     nxt.cancel()  # abandon a read we no longer need; the caller closes the stream

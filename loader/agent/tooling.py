@@ -43,11 +43,15 @@ class ToolExec:
 
 
 class Tool(Protocol):
-    name: str
-    description: str
-    parameters: type[BaseModel]
-    concurrency_safe: bool
-
+    # Read-only members, so a tool may declare them as plain class attributes.
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> type[BaseModel]: ...
+    @property
+    def concurrency_safe(self) -> bool: ...
     @property
     def system_section(self) -> str | None: ...
 

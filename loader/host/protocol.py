@@ -105,7 +105,8 @@ class RpcError(Exception):
         """Rebuild from a response's `error` member; a malformed one still yields an RpcError."""
         if not isinstance(error, dict):
             return cls(INTERNAL_ERROR, INTERNAL, MSG_INTERNAL)
-        data = error.get("data") if isinstance(error.get("data"), dict) else {}
+        raw = error.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
         code = error.get("code")
         details = data.get("details")
         return cls(

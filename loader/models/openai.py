@@ -74,12 +74,19 @@ class _RetrySettings(Protocol):
 class ModelSettings(Protocol):
     """The `model.*` settings `from_env` reads; `loader.config.ModelConfig` has this shape."""
 
-    base_url: str
-    model: str
-    api_key_env: str
-    connect_timeout_seconds: float
-    read_timeout_seconds: float
-    retry: _RetrySettings
+    # Read-only members (properties), so frozen pydantic models and dataclasses both conform.
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def api_key_env(self) -> str: ...
+    @property
+    def connect_timeout_seconds(self) -> float: ...
+    @property
+    def read_timeout_seconds(self) -> float: ...
+    @property
+    def retry(self) -> _RetrySettings: ...
 
 
 _Opened = tuple[httpx.Response, AsyncGenerator[ServerSentEvent, None], ServerSentEvent | None]

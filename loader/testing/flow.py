@@ -306,7 +306,7 @@ def _record_tool(
         step.setdefault("tools", []).append(tool)
     if kind == "tool/result":
         blocks = (data.get("message") or {}).get("content") or []
-        result = next((b for b in blocks if b.get("type") == "tool-result"), {})
+        result: dict[str, Any] = next((b for b in blocks if b.get("type") == "tool-result"), {})
         tool["text"] = _text(result.get("content"))
         error = data.get("error")
         if isinstance(error, dict) and error.get("code"):
