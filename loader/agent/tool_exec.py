@@ -102,6 +102,8 @@ async def execute_tools(
                 continue
             slot.exec = ToolExec(agent=agent, call_id=slot.block["id"], signal=signal)
             tasks.append(asyncio.create_task(run(slot, tool, args), name=f"tool:{slot.block['id']}"))
+            if tool is not None and not tool.concurrency_safe:
+                await asyncio.gather(tasks[-1], return_exceptions=True)  # a barrier runs alone
 
     starter = asyncio.create_task(start_all(), name=f"tools:{agent.id}:{turn}.{step}")
     try:

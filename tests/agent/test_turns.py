@@ -218,3 +218,62 @@ async def test_unknown_tool_and_invalid_arguments_become_error_results(make_runt
     text = results[0]["message"]["content"][0]["content"][0]["text"]
     assert text == "Tool failed [UNKNOWN_TOOL]: there is no tool named nope"
     assert results[1]["message"]["content"][0]["content"][0]["text"].startswith("Tool failed [INVALID_ARGS]: arguments rejected: x")
+
+
+class ExclusiveTool:
+    """Not concurrency-safe: records how many calls were in flight when it ran."""
+
+    name = "exclusive"
+    description = "runs alone"
+    parameters = NoArgs
+    concurrency_safe = False
+    system_section = None
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
+        self.log.append(f"start {exec.call_id}")
+        await asyncio.sleep(0)  # yield once, so an overlapping call would interleave here
+        self.log.append(f"end {exec.call_id}")
+        return ToolOutput(text="done")
+
+
+class SafeTool:
+    name = "safe"
+    description = "may share the pool"
+    parameters = NoArgs
+    concurrency_safe = True
+    system_section = None
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
+        self.log.append(f"start {exec.call_id}")
+        await asyncio.sleep(0)
+        self.log.append(f"end {exec.call_id}")
+        return ToolOutput(text="done")
+
+
+async def test_a_call_that_is_not_concurrency_safe_runs_alone(make_runtime):
+    """§6.9: other calls are barriers: earlier calls finish before it starts, later ones start after."""
+    rt = await make_runtime(
+        [
+            {"toolCalls": [
+                {"id": "s1", "name": "safe", "arguments": {}},
+                {"id": "x", "name": "exclusive", "arguments": {}},
+                {"id": "s2", "name": "safe", "arguments": {}},
+            ]},
+            {"text": "ok"},
+        ]
+    )
+    agent = await rt.new_agent()
+    log: list[str] = []
+    agent.tools = [SafeTool(log), ExclusiveTool(log)]
+    agent.followup(user_message("go"))
+    await agent.when_idle()
+    x = log.index("start x")
+    assert log[x + 1] == "end x"
+    assert log.index("end s1") < x < log.index("start s2")
+    assert [r["callId"] for r in of_type(agent, "tool/result")] == ["s1", "x", "s2"]
