@@ -6,20 +6,20 @@ Imports only the stdlib-only RPC client, so stopping a runaway child from anothe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from cli.common import fail, resolve_home, say
 
 HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
+AddressArgument = Annotated[str, typer.Argument(help="<parentSessionId>/<childSessionId>")]
 
 
-def interrupt(
-    address: Annotated[str, typer.Argument(help="<parentSessionId>/<childSessionId>")],
-    home: HomeOption = None,
-) -> None:
-    """Stop a background subagent's current turn; its queued messages are kept."""
+def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """Route and call; returns `(child, result)`, with `result` None when no live run hosts the child.
+
+    Exit codes (§19): 2 for a bad address or unknown session, 1 for refusals and RPC failures."""
     from loader.host.client import NoLiveRun, RouteError, RpcError, call_sync, parse_address, route
     from loader.texts import render
 
@@ -27,46 +27,37 @@ def interrupt(
     try:
         parent, child = parse_address(address)
         root_id = route(root_dir, parent, child)
-        call_sync(root_dir, root_id, "subagent.interrupt", {"parentSessionId": parent, "childSessionId": child})
+        return child, call_sync(root_dir, root_id, method, {"parentSessionId": parent, "childSessionId": child, **params})
     except RouteError as exc:
         fail(exc.message, 2)
     except NoLiveRun:
-        say(render("T-CLI-NO-RUN", child=child))
-        return
+        return child, None
     except RpcError as exc:
         if exc.data_code == "subagent-unauthorized":
             fail(render("T-CLI-UNAUTHORIZED", child=child, parent=parent), 1)
         fail(f"{exc.message} [{exc.data_code}]", 1)
     except Exception as exc:  # transport failures and the like: one line, exit 1
         fail(str(exc), 1)
-    say(render("T-CLI-INTERRUPTED", child=child))
+
+
+def interrupt(address: AddressArgument, home: HomeOption = None) -> None:
+    """Stop a background subagent's current turn; its queued messages are kept."""
+    from loader.texts import render
+
+    child, result = _call(address, home, "subagent.interrupt", {})
+    # No live run: nothing is running there to stop, which is an accepted no-op (exit 0).
+    say(render("T-CLI-INTERRUPTED" if result is not None else "T-CLI-NO-RUN", child=child))
 
 
 def send(
-    address: Annotated[str, typer.Argument(help="<parentSessionId>/<childSessionId>")],
+    address: AddressArgument,
     message: Annotated[str, typer.Argument(help="The message for the subagent.")],
     home: HomeOption = None,
 ) -> None:
     """Queue a follow-up for a background subagent of a live run; prints the message id."""
-    from loader.host.client import NoLiveRun, RouteError, RpcError, call_sync, parse_address, route
     from loader.texts import render
 
-    root_dir = resolve_home(home)
-    try:
-        parent, child = parse_address(address)
-        root_id = route(root_dir, parent, child)
-        result = call_sync(
-            root_dir, root_id, "subagent.prompt",
-            {"parentSessionId": parent, "childSessionId": child, "message": message},
-        )
-    except RouteError as exc:
-        fail(exc.message, 2)
-    except NoLiveRun:
+    child, result = _call(address, home, "subagent.prompt", {"message": message})
+    if result is None:
         fail(render("T-CLI-SEND-NO-RUN", child=child), 1)
-    except RpcError as exc:
-        if exc.data_code == "subagent-unauthorized":
-            fail(render("T-CLI-UNAUTHORIZED", child=child, parent=parent), 1)
-        fail(f"{exc.message} [{exc.data_code}]", 1)
-    except Exception as exc:
-        fail(str(exc), 1)
     say(str(result.get("messageId", "")))

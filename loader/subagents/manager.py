@@ -14,9 +14,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -281,17 +282,22 @@ class ContinuationManager:
             raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id)
         # A cold resume counts as a materialization from its first await: until the Activation
         # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
-        pending = Materialization(self.live_lineage(parent), asyncio.get_running_loop().create_future())
-        self.materializations.add(pending)
+        with self._pending(parent):
+            return await self._resume_from_store(parent, child_id, content, source, signal)
+
+    @contextlib.contextmanager
+    def _pending(self, parent: Agent) -> Iterator[Materialization]:
+        m = Materialization(self.live_lineage(parent), asyncio.get_running_loop().create_future())
+        self.materializations.add(m)
         self.pulse()
         try:
-            return await self._cold_resume_registered(parent, child_id, content, source, signal)
+            yield m
         finally:
-            self.materializations.discard(pending)
-            pending.settled.set_result(None)
+            self.materializations.discard(m)
+            m.settled.set_result(None)
             self.pulse()
 
-    async def _cold_resume_registered(
+    async def _resume_from_store(
         self,
         parent: Agent,
         child_id: str,
@@ -330,61 +336,66 @@ class ContinuationManager:
         descriptor: dict[str, Any],
     ) -> Activation:
         self.assert_admitting(parent)
-        m = Materialization(self.live_lineage(parent), asyncio.get_running_loop().create_future())
-        self.materializations.add(m)
+        with self._pending(parent):
+            return await self._materialize_registered(parent, signal, header=header, session=session,
+                                                      descriptor=descriptor)
+
+    async def _materialize_registered(
+        self,
+        parent: Agent,
+        signal: AbortSignal,
+        *,
+        header: dict[str, Any] | None,
+        session: Session | None,
+        descriptor: dict[str, Any],
+    ) -> Activation:
+        if session is None:
+            assert header is not None
+            agent = await self.create_child_agent(header, descriptor, "continuable")
+        else:
+            assert self.factory is not None, "the manager needs an agent factory"
+            if self.descriptor_hook is not None:
+                self.descriptor_hook(session.id, descriptor)
+            try:
+                agent = self.factory(session, "continuable")
+                self.registry.register(agent)
+            except BaseException:
+                await self.store.close(session)
+                raise
+        child_id = agent.id
+        epoch = self.counters.epochs.get(child_id, 0) + 1
+        self.counters.epochs[child_id] = epoch
+        a = Activation(
+            child_id=child_id,
+            parent_session=parent.id,
+            agent=agent,
+            ancestry=weakref.WeakSet([agent, *self.live_lineage(parent)]),
+            boundary=len(agent.session.events),
+            epoch=epoch,
+        )
+        self.activations[child_id] = a
         self.pulse()
         try:
-            if session is None:
-                assert header is not None
-                agent = await self.create_child_agent(header, descriptor, "continuable")
-            else:
-                assert self.factory is not None, "the manager needs an agent factory"
-                if self.descriptor_hook is not None:
-                    self.descriptor_hook(session.id, descriptor)
-                try:
-                    agent = self.factory(session, "continuable")
-                    self.registry.register(agent)
-                except BaseException:
-                    await self.store.close(session)
-                    raise
-            child_id = agent.id
-            epoch = self.counters.epochs.get(child_id, 0) + 1
-            self.counters.epochs[child_id] = epoch
-            a = Activation(
-                child_id=child_id,
-                parent_session=parent.id,
-                agent=agent,
-                ancestry=weakref.WeakSet([agent, *self.live_lineage(parent)]),
-                boundary=len(agent.session.events),
-                epoch=epoch,
+            signal.throw_if_aborted()
+            self.assert_admitting(parent)
+            self.acquire_ownership(parent, child_id)
+            agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
+            agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
+            self.events.emit(
+                "subagent/start", {"sessionId": child_id, "parentSessionId": parent.id, "epoch": epoch}
             )
-            self.activations[child_id] = a
+        except BaseException:
+            # Roll back: no notice and no end edge for an epoch that never accepted work.
+            await agent.dispose()
+            if self.activations.get(child_id) is a:
+                del self.activations[child_id]
+            self.release_ownership(child_id)
             self.pulse()
-            try:
-                signal.throw_if_aborted()
-                self.assert_admitting(parent)
-                self.acquire_ownership(parent, child_id)
-                agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
-                agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
-                self.events.emit(
-                    "subagent/start", {"sessionId": child_id, "parentSessionId": parent.id, "epoch": epoch}
-                )
-            except BaseException:
-                # Roll back: no notice and no end edge for an epoch that never accepted work.
-                await agent.dispose()
-                if self.activations.get(child_id) is a:
-                    del self.activations[child_id]
-                self.release_ownership(child_id)
-                self.pulse()
-                raise
-            a.resident = True
-            a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{child_id}")
-            a.watcher.add_done_callback(_log_failure)
-            return a
-        finally:
-            self.materializations.discard(m)
-            m.settled.set_result(None)
-            self.pulse()
+            raise
+        a.resident = True
+        a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{child_id}")
+        a.watcher.add_done_callback(_log_failure)
+        return a
 
     def _unaccept(self, a: Activation) -> Callable[[dict[str, Any]], None]:
         def listener(payload: dict[str, Any]) -> None:
