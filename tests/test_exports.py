@@ -1,0 +1,42 @@
+"""The public surface of the runtime packages is pinned: widening it is a visible decision (STYLE §2)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+SURFACES = {
+    "loader.agent": [
+        "Agent", "AgentOptions", "AgentRegistry", "FoldResult", "Idle", "Inbox", "MISSING", "Maintenance",
+        "Message", "PreStep", "RunOutcome", "Running", "STOP_REASONS", "StopReason", "Target", "Tool",
+        "ToolExec", "ToolOutput", "epoch_stop_reason", "final_output", "fold_consumed_work",
+        "one_shot_stop_reason", "run_outcome", "text_block", "text_of", "tool_result_message", "user_message",
+    ],
+    "loader.subagents": [
+        "Activation", "AgentFactory", "AncestorAuthority", "Authority", "Catalogue", "CatalogueEntry",
+        "ChildLock", "ContinuationManager", "ManagerConfig", "Materialization", "OneShotResult",
+        "UserAuthority", "dispose", "drain", "drain_children", "drain_descendants", "interrupt",
+        "list_agents", "notify_settlement", "render_settlement_notice", "report_from", "run_one_shot",
+        "settlement_message", "state_of", "status_of",
+    ],
+    "loader.tools": [
+        "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "tools_for",
+    ],
+    "loader.session": [
+        "EVENT_TYPES", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
+        "interrupted_turn_closers", "make_header", "read", "validate_log",
+    ],
+    "loader.headless": [
+        "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",
+        "quiescence", "run_tree",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(SURFACES))
+def test_public_surface_is_pinned(module):
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(SURFACES[module])
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.{name} is exported but missing"
