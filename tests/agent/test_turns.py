@@ -277,3 +277,21 @@ async def test_a_call_that_is_not_concurrency_safe_runs_alone(make_runtime):
     assert log[x + 1] == "end x"
     assert log.index("end s1") < x < log.index("start s2")
     assert [r["callId"] for r in of_type(agent, "tool/result")] == ["s1", "x", "s2"]
+
+
+async def test_step_limit_ends_the_turn_with_an_error(make_runtime):
+    """§6.7 step 4i: a turn that keeps calling tools past `maxStepsPerTurn` ends `error STEP_LIMIT`."""
+    replies = [{"toolCalls": [{"id": f"c{n}", "name": "count", "arguments": {}}]} for n in range(3)]
+    rt = await make_runtime(replies + [{"text": "unused"}])
+    agent = await rt.new_agent(max_steps_per_turn=2)
+    agent.tools = [CountingTool()]
+    errors: list[Any] = []
+    agent.events.on("agent/error", errors.append)
+    agent.followup(user_message("go"))
+    await agent.when_idle()
+    reason = ends(agent)[0]
+    assert reason["kind"] == "error" and reason["error"]["code"] == "STEP_LIMIT"
+    assert [s["step"] for s in of_type(agent, "step/start")] == [1, 2]
+    assert len(errors) == 1
+    rt.replay.finish_checks()  # two replies were never requested: the limit stopped the turn
+    assert {v["code"] for v in rt.replay.violations} == {"REPLAY_UNCONSUMED"}
