@@ -283,7 +283,25 @@ class ContinuationManager:
         # A cold resume counts as a materialization from its first await: until the Activation
         # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
         with self._pending(parent):
-            return await self._resume_from_store(parent, child_id, content, source, signal)
+            try:
+                found = await asyncio.to_thread(self.store.read, child_id)
+            except SessionError as exc:
+                signal.throw_if_aborted()
+                raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
+            signal.throw_if_aborted()
+            self.assert_admitting(parent)
+            # Authorize against the header read-only, before anything is written or repaired (§22).
+            if found.header.get("parentSession") != parent.id:
+                raise err("UNAUTHORIZED", "T-ERR-NOT-PARENT", id=child_id)
+            descriptor = next((e["data"] for e in found.events if e["type"] == "subagent/descriptor"), None)
+            if descriptor is None or descriptor.get("mode") != "continuable":
+                raise err("NOT_RESUMABLE", "T-ERR-NOT-CONTINUABLE", id=child_id)
+            try:
+                session = await self.store.load(child_id)
+            except DshError as exc:
+                raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
+            a = await self._materialize(parent, signal, session=session, descriptor=descriptor)
+            return await self._submit_materialized(a, content, source, parent, signal)
 
     @contextlib.contextmanager
     def _pending(self, parent: Agent) -> Iterator[Materialization]:
@@ -297,34 +315,6 @@ class ContinuationManager:
             m.settled.set_result(None)
             self.pulse()
 
-    async def _resume_from_store(
-        self,
-        parent: Agent,
-        child_id: str,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        signal: AbortSignal,
-    ) -> str:
-        try:
-            found = await asyncio.to_thread(self.store.read, child_id)
-        except SessionError as exc:
-            signal.throw_if_aborted()
-            raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
-        signal.throw_if_aborted()
-        self.assert_admitting(parent)
-        # Authorize against the header read-only, before anything is written or repaired (§22).
-        if found.header.get("parentSession") != parent.id:
-            raise err("UNAUTHORIZED", "T-ERR-NOT-PARENT", id=child_id)
-        descriptor = next((e["data"] for e in found.events if e["type"] == "subagent/descriptor"), None)
-        if descriptor is None or descriptor.get("mode") != "continuable":
-            raise err("NOT_RESUMABLE", "T-ERR-NOT-CONTINUABLE", id=child_id)
-        try:
-            session = await self.store.load(child_id)
-        except DshError as exc:
-            raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
-        a = await self._materialize(parent, signal, session=session, descriptor=descriptor)
-        return await self._submit_materialized(a, content, source, parent, signal)
-
     # -- materialization (§8.8) -----------------------------------------------------------
     async def _materialize(
         self,
@@ -337,65 +327,53 @@ class ContinuationManager:
     ) -> Activation:
         self.assert_admitting(parent)
         with self._pending(parent):
-            return await self._materialize_registered(parent, signal, header=header, session=session,
-                                                      descriptor=descriptor)
-
-    async def _materialize_registered(
-        self,
-        parent: Agent,
-        signal: AbortSignal,
-        *,
-        header: dict[str, Any] | None,
-        session: Session | None,
-        descriptor: dict[str, Any],
-    ) -> Activation:
-        if session is None:
-            assert header is not None
-            agent = await self.create_child_agent(header, descriptor, "continuable")
-        else:
-            assert self.factory is not None, "the manager needs an agent factory"
-            if self.descriptor_hook is not None:
-                self.descriptor_hook(session.id, descriptor)
-            try:
-                agent = self.factory(session, "continuable")
-                self.registry.register(agent)
-            except BaseException:
-                await self.store.close(session)
-                raise
-        child_id = agent.id
-        epoch = self.counters.epochs.get(child_id, 0) + 1
-        self.counters.epochs[child_id] = epoch
-        a = Activation(
-            child_id=child_id,
-            parent_session=parent.id,
-            agent=agent,
-            ancestry=weakref.WeakSet([agent, *self.live_lineage(parent)]),
-            boundary=len(agent.session.events),
-            epoch=epoch,
-        )
-        self.activations[child_id] = a
-        self.pulse()
-        try:
-            signal.throw_if_aborted()
-            self.assert_admitting(parent)
-            self.acquire_ownership(parent, child_id)
-            agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
-            agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
-            self.events.emit(
-                "subagent/start", {"sessionId": child_id, "parentSessionId": parent.id, "epoch": epoch}
+            if session is None:
+                assert header is not None
+                agent = await self.create_child_agent(header, descriptor, "continuable")
+            else:
+                assert self.factory is not None, "the manager needs an agent factory"
+                if self.descriptor_hook is not None:
+                    self.descriptor_hook(session.id, descriptor)
+                try:
+                    agent = self.factory(session, "continuable")
+                    self.registry.register(agent)
+                except BaseException:
+                    await self.store.close(session)
+                    raise
+            child_id = agent.id
+            epoch = self.counters.epochs.get(child_id, 0) + 1
+            self.counters.epochs[child_id] = epoch
+            a = Activation(
+                child_id=child_id,
+                parent_session=parent.id,
+                agent=agent,
+                ancestry=weakref.WeakSet([agent, *self.live_lineage(parent)]),
+                boundary=len(agent.session.events),
+                epoch=epoch,
             )
-        except BaseException:
-            # Roll back: no notice and no end edge for an epoch that never accepted work.
-            await agent.dispose()
-            if self.activations.get(child_id) is a:
-                del self.activations[child_id]
-            self.release_ownership(child_id)
+            self.activations[child_id] = a
             self.pulse()
-            raise
-        a.resident = True
-        a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{child_id}")
-        a.watcher.add_done_callback(_log_failure)
-        return a
+            try:
+                signal.throw_if_aborted()
+                self.assert_admitting(parent)
+                self.acquire_ownership(parent, child_id)
+                agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
+                agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
+                self.events.emit(
+                    "subagent/start", {"sessionId": child_id, "parentSessionId": parent.id, "epoch": epoch}
+                )
+            except BaseException:
+                # Roll back: no notice and no end edge for an epoch that never accepted work.
+                await agent.dispose()
+                if self.activations.get(child_id) is a:
+                    del self.activations[child_id]
+                self.release_ownership(child_id)
+                self.pulse()
+                raise
+            a.resident = True
+            a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{child_id}")
+            a.watcher.add_done_callback(_log_failure)
+            return a
 
     def _unaccept(self, a: Activation) -> Callable[[dict[str, Any]], None]:
         def listener(payload: dict[str, Any]) -> None:
