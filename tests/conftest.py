@@ -21,10 +21,17 @@ from loader.transcripts import load_transcript
 
 
 @pytest.fixture(autouse=True)
-def _no_network() -> Iterator[None]:
+def _no_network() -> Iterator[respx.MockRouter]:
     """Every test runs with the network mocked and no routes: a stray request fails the test."""
-    with respx.mock(assert_all_mocked=True):
-        yield
+    with respx.mock(assert_all_mocked=True) as router:
+        yield router
+
+
+@pytest.fixture
+def llm(_no_network: respx.MockRouter) -> respx.MockRouter:
+    """The active router, for tests that serve a model over respx (`llm.post(url).mock(...)`);
+    routes added to the global `respx` router would not be consulted by this local mock."""
+    return _no_network
 
 
 def validate_home(home: Path) -> int:

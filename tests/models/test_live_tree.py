@@ -24,13 +24,11 @@ import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-import respx
 from tree_kit import reach
 from typer.testing import CliRunner
 
@@ -47,47 +45,18 @@ from loader.testing.runner import arun_flow
 from loader.texts import TEXTS, render
 from loader.transcripts import load_transcript
 
+from ._sse import SSE_HEADERS, delta, finish, sse, usage
+
 KEY = "sk-test-live-tree-0123456789"
 TOKEN = "ghp_live_tree_token_424242"  # the value of a `*_TOKEN` variable
 BASE = "https://llm.live-tree.test"
 URL = f"{BASE}/chat/completions"
-SSE_HEADERS = {"content-type": "text/event-stream"}
 SPAWN_CALL = "call_live_spawn_1"
 NOTICE_OUTPUT = TEXTS["T-NOTICE-OUTPUT"]
 CLOSE_BOUND_SECONDS = 1.0  # generous; the issue's target is 100 ms, printed by the stall test
 
 
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[respx.MockRouter]:
-    """Overrides tests/conftest.py's fixture of the same name (same guarantee: every request must
-    match a route) to expose its router; `respx.post(...)` would add routes to the global router,
-    which that local `respx.mock(...)` does not consult."""
-    with respx.mock(assert_all_mocked=True) as router:
-        yield router
-
-
-@pytest.fixture
-def llm(_no_network: respx.MockRouter) -> respx.MockRouter:
-    return _no_network
-
-
 # ---- SSE ---------------------------------------------------------------------------------------
-
-
-def sse(*events: dict[str, Any] | str) -> bytes:
-    return "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events).encode()
-
-
-def delta(**fields: Any) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
-
-
-def finish(reason: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
-
-
-def usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
 
 
 def text_reply(*pieces: str) -> bytes:

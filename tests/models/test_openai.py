@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-import respx
 
 from loader.abort import AbortController, Aborted, AbortSignal
 from loader.agent import Agent, AgentOptions, user_message
@@ -39,47 +38,14 @@ from loader.models import (
 from loader.models._openai_wire import to_openai_messages, to_openai_tools
 from loader.session import SessionStore, make_header
 
+from ._sse import SSE_HEADERS, delta, finish, sse, usage
+
 KEY = "sk-test-0123456789abcdef"
 BASE = "https://llm.example.test"
 URL = f"{BASE}/chat/completions"
-SSE_HEADERS = {"content-type": "text/event-stream"}
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[respx.MockRouter]:
-    """Overrides tests/conftest.py's fixture of the same name (same guarantee: every request is
-    mocked) to expose its router; `respx.post(...)` would add routes to the global router, which
-    that local `respx.mock(...)` does not consult."""
-    with respx.mock(assert_all_mocked=True) as router:
-        yield router
-
-
-@pytest.fixture
-def llm(_no_network: respx.MockRouter) -> respx.MockRouter:
-    return _no_network
-
-
-def sse(*events: dict[str, Any] | str) -> bytes:
-    """`data:` lines for each event (a dict is JSON-encoded, a str sent verbatim), blank-separated."""
-    out = []
-    for event in events:
-        out.append(f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n")
-    return "".join(out).encode()
-
-
-def delta(**fields: Any) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
-
-
-def finish(reason: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
-
-
-def usage(prompt: int, completion: int, **extra: int) -> dict[str, Any]:
-    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, **extra}}
 
 
 class ByteChunks(httpx.AsyncByteStream):

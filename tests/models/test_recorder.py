@@ -12,13 +12,12 @@ import asyncio
 import json
 import os
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import respx
 
 from loader.abort import AbortController, Aborted, AbortSignal
 from loader.errors import ProviderError
@@ -34,25 +33,13 @@ from loader.models import (
 from loader.models.recorder import REDACTED, secrets_from_env
 from loader.transcripts import load_transcript
 
+from ._sse import SSE_HEADERS, delta, sse, usage
+
 KEY = "sk-record-key-42424242"
 TOKEN = "ghp_tokenvalue_9999"
 URL = "https://llm.example.test/chat/completions"
-SSE_HEADERS = {"content-type": "text/event-stream"}
 SPAWN = {"version": 1, "mode": "continuable", "provider": "spawn", "label": "counter",
          "spawnCallId": "call_spawn"}
-
-
-@pytest.fixture(autouse=True)
-def _no_network() -> Iterator[respx.MockRouter]:
-    """Overrides tests/conftest.py's fixture of the same name to expose its router (same guarantee:
-    every request must match a route)."""
-    with respx.mock(assert_all_mocked=True) as router:
-        yield router
-
-
-@pytest.fixture
-def llm(_no_network: respx.MockRouter) -> respx.MockRouter:
-    return _no_network
 
 
 class Body(httpx.AsyncByteStream):
@@ -70,19 +57,6 @@ class Body(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         self.closed = True
-
-
-def sse(*events: dict[str, Any] | str) -> bytes:
-    return "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events).encode()
-
-
-def delta(finish: str | None = None, **fields: Any) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": fields, "finish_reason": finish}]}
-
-
-def usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                     "prompt_cache_hit_tokens": 1}}
 
 
 def ok(*pieces: bytes, stall: bool = False) -> httpx.Response:
@@ -136,9 +110,9 @@ CONVERSATION = [
         delta(tool_calls=[{"index": 0, "id": "call_spawn", "type": "function",
                            "function": {"name": "subagent", "arguments": '{"label": "coun'}}]),
         delta(tool_calls=[{"index": 0, "function": {"arguments": 'ter", "prompt": "count"}'}}]),
-        delta(finish="tool_calls"), usage(20, 9), "[DONE]")),
-    ("child-session", sse(delta(content="3 files"), delta(finish="stop"), usage(8, 2), "[DONE]")),
-    ("root-session", sse(delta(content="Done: 3 files."), delta(finish="stop"), usage(30, 4),
+        delta(finish="tool_calls"), usage(20, 9, prompt_cache_hit_tokens=1), "[DONE]")),
+    ("child-session", sse(delta(content="3 files"), delta(finish="stop"), usage(8, 2, prompt_cache_hit_tokens=1), "[DONE]")),
+    ("root-session", sse(delta(content="Done: 3 files."), delta(finish="stop"), usage(30, 4, prompt_cache_hit_tokens=1),
                          "[DONE]")),
 ]
 
