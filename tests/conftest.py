@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 import respx
+from home_kit import validate_home
 
 from loader.agent import Agent, AgentOptions, AgentRegistry
 from loader.models import ModelRequest, ReplayProvider
-from loader.session import SessionStore, make_header, read, validate_log
+from loader.session import SessionStore, make_header
 from loader.transcripts import load_transcript
 
 
@@ -32,16 +33,6 @@ def llm(_no_network: respx.MockRouter) -> respx.MockRouter:
     """The active router, for tests that serve a model over respx (`llm.post(url).mock(...)`);
     routes added to the global `respx` router would not be consulted by this local mock."""
     return _no_network
-
-
-def validate_home(home: Path) -> int:
-    """validate_log over every session file under `home`; returns how many were checked."""
-    count = 0
-    for path in sorted((home / "sessions").glob("*/session.jsonl")):
-        result = read(path)
-        validate_log(result.events)
-        count += 1
-    return count
 
 
 @pytest.fixture

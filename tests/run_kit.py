@@ -21,15 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from home_kit import validate_home
+
 from loader.config import compose
 from loader.headless import RunRequest, RunResult, RunSinks, run_tree
 from loader.models import ModelRequest, ReplayProvider
-from loader.session import read, validate_log
 from loader.testing import Flow, normalize, project
 from loader.transcripts import Transcript, load_transcript
 
 BACKSTOP_SECONDS = 30.0
 
+
+SCENARIOS = [
+    "background-settlement",
+    "notice-new-turn",
+    "report-then-settle",
+    "followups-checkpoint-failure",
+    "interrupt-parked-resume",
+    "four-children-one-step",
+    "child-max-tokens",
+]
+"""The §21 catalogue, in the spec's order."""
 
 @dataclass(frozen=True)
 class Entry:
@@ -111,8 +123,7 @@ async def run_timeline(transcript: str | Path, home: Path, *, overlays: Sequence
     request = RunRequest(home=home, config=composed.config, transcript=script, provider=provider,
                          fences_allowed=True, sinks=sinks)
     result = await asyncio.wait_for(run_tree(request), BACKSTOP_SECONDS)
-    for path in sorted((home / "sessions").glob("*/session.jsonl")):
-        validate_log(read(path).events)
+    validate_home(home)
     entries = [Entry(kind, provider.agent_key_of(sid) if sid else None, type_, data) for kind, sid, type_, data in raw]
     flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, script.spec.name)))
     keys = {sid: key for _, sid, _, _ in raw if sid and (key := provider.agent_key_of(sid)) is not None}

@@ -21,20 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from run_kit import SCENARIOS
 
 from loader.shipped import available_names
 
 RUNS = 20
-UNATTENDED = [
-    "hello",
-    "background-settlement",
-    "notice-new-turn",
-    "report-then-settle",
-    "followups-checkpoint-failure",
-    "interrupt-parked-resume",
-    "four-children-one-step",
-    "child-max-tokens",
-]
+UNATTENDED = ["hello", *SCENARIOS]
 INTERACTIVE = {"interrupt-demo": "its child hangs until a person runs `dsh interrupt`"}
 
 

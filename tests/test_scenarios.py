@@ -19,22 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_kit import SCENARIOS, run_timeline
 from typer.testing import CliRunner
 
 from cli.main import app
 from loader.config import compose
 from loader.transcripts import load_transcript
-from run_kit import run_timeline
-
-SCENARIOS = [
-    "background-settlement",
-    "notice-new-turn",
-    "report-then-settle",
-    "followups-checkpoint-failure",
-    "interrupt-parked-resume",
-    "four-children-one-step",
-    "child-max-tokens",
-]
 
 
 # -- reading a flow ------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from cli_kit import LiveRun, clean_env
+from home_kit import validate_home
 from typer.testing import CliRunner, Result
 
 from cli.main import app
-from loader.session import read, validate_log
 
 
 @pytest.fixture
@@ -30,8 +30,7 @@ def home() -> Iterator[Path]:
     path = scratch / "h"
     try:
         yield path
-        for log in sorted((path / "sessions").glob("*/session.jsonl")):
-            validate_log(read(log).events)
+        validate_home(path)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

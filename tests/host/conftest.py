@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from home_kit import validate_home
 
 from loader.agent import Agent, user_message
 from loader.host import ControlServer, socket_path
-from loader.session import read, validate_log
 
 SPAWN = {"toolCalls": [{"id": "sa", "name": "subagent", "arguments": {"label": "c", "prompt": "do it"}}]}
 
@@ -38,8 +38,7 @@ def home(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
         (scratch / "xdg").mkdir(mode=0o700)
     try:
         yield path
-        for log in sorted((path / "sessions").glob("*/session.jsonl")):
-            validate_log(read(log).events)
+        validate_home(path)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
