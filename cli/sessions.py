@@ -37,12 +37,16 @@ def _headers(home: Path) -> dict[str, dict[str, Any]]:
 
 
 def _root_of(headers: dict[str, dict[str, Any]], session_id: str) -> str:
+    """The root id whose socket would host `session_id`: the in-memory twin of
+    `loader.host.client.route`, walking headers already read instead of re-reading files."""
     seen = {session_id}
     current = session_id
     for _ in range(64):
         parent = headers.get(current, {}).get("parentSession")
-        if not parent or parent in seen or parent not in headers:
-            return str(parent or current) if parent and parent not in headers else current
+        if not parent or parent in seen:
+            return current
+        if parent not in headers:
+            return str(parent)  # the parent's file is gone; its id still names the socket
         seen.add(parent)
         current = parent
     return current
