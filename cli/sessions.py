@@ -1,6 +1,9 @@
-"""`dsh sessions list|show|tree` (SPEC §19): read-only views of `$DSH_HOME/sessions`.
+"""`dsh sessions list|show|tree|prune` (SPEC §19): views of `$DSH_HOME/sessions`, and one cleanup.
 
-Never repairs or locks anything (§5.6 `read`); liveness is asked of the owning run's socket.
+The views never repair or lock anything (§5.6 `read`); liveness is asked of the owning run's socket.
+A directory a crash left before its header was published reads as never materialized (issue 9):
+`list` shows it as `unmaterialized`, `show`/`tree` say so in one line (exit 2), and
+`prune --unmaterialized` removes such directories (never a locked one, never through a symlink).
 """
 
 from __future__ import annotations
@@ -74,25 +77,29 @@ def _read(home: Path, session_id: str) -> Any:
     from loader.errors import DshError
     from loader.session import read
 
-    path = home / "sessions" / session_id / "session.jsonl"
-    if not path.is_file():
-        from loader.texts import render
+    from loader.ids import SESSION_ID_RE
+    from loader.texts import render
 
+    path = home / "sessions" / session_id / "session.jsonl"
+    if not SESSION_ID_RE.match(session_id) or not path.parent.is_dir():
         fail(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=home), 2)
     try:
         return read(path)
     except DshError as exc:
+        if exc.code == "SESSION_UNMATERIALIZED":
+            fail(render("T-CLI-UNMATERIALIZED", id=session_id, path=path.parent), 2)
         warn(f"dsh: {session_id}: {exc.message} [{exc.code}]")
         raise typer.Exit(1) from None
 
 
 @app.command("list")
 def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> None:
-    """One row per session: id, createdAt, parent, origin, turns, last turn end, live."""
+    """One row per session: id, createdAt, parent, origin, turns, last turn end, live; then one
+    `unmaterialized` row per directory a crash left before its header was published."""
     from datetime import datetime, timezone
 
     from loader.errors import DshError
-    from loader.session import read
+    from loader.session import read, unmaterialized_ids
 
     root_dir = resolve_home(home)
     headers = _headers(root_dir)
@@ -118,9 +125,12 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
             "lastTurnEnd": last_end,
             "live": live.status(_root_of(headers, sid)) is not None,
         })
+    unmaterialized = unmaterialized_ids(root_dir / "sessions")
     if json_output:
         for row in rows:
             say(json.dumps(row, separators=(",", ":")))
+        for sid in unmaterialized:
+            say(json.dumps({"id": sid, "unmaterialized": True}, separators=(",", ":")))
         return
     for row in rows:
         created = datetime.fromtimestamp((row["createdAt"] or 0) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -128,6 +138,8 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
             row["id"], created, row["parent"] or "-", row["origin"] or "root", f"turns={row['turns']}",
             f"last={row['lastTurnEnd'] or '-'}", "live" if row["live"] else "-",
         ]))
+    for sid in unmaterialized:
+        say(f"{sid}  unmaterialized")
 
 
 def _summary(event: dict[str, Any]) -> str:
@@ -236,3 +248,33 @@ def tree(
         label = f" [{row['label']}]" if row["label"] else ""
         state = f" {row['live']}" if row["live"] else ""
         say(f"{'  ' * row['depth']}{row['id']}{label} {row['mode']} {row['lastStopReason']}{state}")
+
+
+@app.command("prune")
+def prune(
+    unmaterialized: Annotated[bool, typer.Option(
+        "--unmaterialized", help="Remove session directories a crash left before their header was written.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed; remove nothing.")] = False,
+    home: HomeOption = None,
+) -> None:
+    """Remove never-materialized session directories; prints one line per directory."""
+    from loader.session import prune_unmaterialized
+    from loader.texts import render
+
+    if not unmaterialized:
+        fail(render("T-CLI-PRUNE-NEEDS-KIND"), 2)
+    root_dir = resolve_home(home)
+    outcomes = prune_unmaterialized(root_dir / "sessions", dry_run=dry_run)
+    if not outcomes:
+        warn(render("T-CLI-PRUNE-NONE", home=root_dir))
+    for o in outcomes:
+        if o.action == "removed":
+            say(render("T-CLI-PRUNE-REMOVED", path=o.path))
+        elif o.action == "would-remove":
+            say(render("T-CLI-PRUNE-WOULD-REMOVE", path=o.path))
+        elif o.action == "kept-busy":
+            warn(render("T-CLI-PRUNE-KEPT-BUSY", path=o.path))
+        elif o.action == "kept-foreign":
+            warn(render("T-CLI-PRUNE-KEPT-FOREIGN", path=o.path, name=o.detail))
+        else:
+            warn(render("T-CLI-PRUNE-KEPT-CHANGED", path=o.path))

@@ -2,7 +2,8 @@
 
     DshError(code, message)                 anything a caller may branch on by `code`
     ├── SessionError                        SESSION_CORRUPT, NEWER_FORMAT, SESSION_BUSY, SESSION_CLOSED,
-    │                                       UNKNOWN_EVENT, INVALID_LOG
+    │                                       UNKNOWN_EVENT, INVALID_LOG, SESSION_UNMATERIALIZED (a
+    │                                       directory a crash left before the header was published)
     ├── ReentrantAppend                     REENTRANT_APPEND: an observer tried to append (§4.1)
     ├── CheckpointError                     CHECKPOINT_FAILED: a durability barrier failed (§5.5)
     ├── InboxError                          DUPLICATE_MESSAGE, INVALID_SPLICE

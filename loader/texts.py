@@ -114,6 +114,18 @@ TEXTS: dict[str, str] = {
     "T-CLI-SIGINT": "dsh: stopping agents (press Ctrl-C again to exit now)",
     "T-CLI-TIMEOUT": "dsh: time limit of {seconds}s reached; stopping agents",
     "T-CLI-ROOT-ERROR": "dsh: root turn failed [{code}]: {message}",
+    # issue 9: sessions a crash left before their header was published
+    "T-CLI-UNMATERIALIZED": (
+        "session {id} was never materialized (a crash interrupted its creation); "
+        "'dsh sessions prune --unmaterialized' removes {path}"
+    ),
+    "T-CLI-PRUNE-REMOVED": "removed {path}",
+    "T-CLI-PRUNE-WOULD-REMOVE": "would remove {path}",
+    "T-CLI-PRUNE-KEPT-BUSY": "dsh: kept {path}: a running dsh is creating it",
+    "T-CLI-PRUNE-KEPT-FOREIGN": "dsh: kept {path}: it holds {name}, which dsh did not write",
+    "T-CLI-PRUNE-KEPT-CHANGED": "dsh: kept {path}: it changed while being pruned",
+    "T-CLI-PRUNE-NONE": "dsh: no unmaterialized sessions under {home}/sessions",
+    "T-CLI-PRUNE-NEEDS-KIND": "prune needs --unmaterialized, the only kind of session it removes",
 }
 
 TOOL_DESCRIPTIONS: dict[str, str] = {

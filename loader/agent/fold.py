@@ -4,6 +4,12 @@ Turn events alone cannot tell "a turn stopped before its first step" from "a tur
 do"; the inbox splices' `removedCount` / `outcome` supply the missing fact. That is why settlement
 reads outcomes from the epoch's own log rather than from live state: any issuer of a cancel
 (teardown, interrupt) reads the same.
+
+Rule "a re-queued claim counts for nothing" (issue 9, agreeing with `loader.session.repair`): crash
+repair puts messages a turn claimed but never entered back into the inbox with a `requeued` splice
+inside that turn. They were not consumed, so that turn's claims stop counting: a repaired turn that
+never stepped does not account (it does not read as `aborted`), and the work is accounted by the
+turn that later runs it.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loader.session import Event
+from loader.session import REQUEUED, Event
 
 __all__ = [
     "MISSING",
@@ -92,6 +98,8 @@ def fold_consumed_work(events: list[Event]) -> FoldResult:
                 dropped |= data.get("inserted") == []
             elif open_turn is not None:
                 claimed.add(open_turn)
+        elif kind == "agent/inbox/spliced" and data.get("outcome") == REQUEUED and open_turn is not None:
+            claimed.discard(open_turn)  # repair put this turn's unentered claims back: nothing consumed
         elif kind == "turn/end":
             open_turn = None
             turn = data["turn"]

@@ -4,7 +4,8 @@ Every mutation is exactly one durable `agent/inbox/spliced` event, in sync span 
 validate → append the event → mutate the lists → notify. Observers of the session append
 therefore see the pre-splice lists, and inbox listeners (notified after publication) may send or
 cancel. The lists are rebuilt from the log's splices at construction, so a resumed agent finds
-exactly what was pending when its process stopped.
+exactly what was pending when its process stopped, plus what crash repair re-queued (a message
+claimed in the crash-open turn but never entered into a step; `loader.session.repair`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from loader.emitter import Emitter
-from loader.errors import InboxError, SessionError
-from loader.session import Event, Session
+from loader.errors import InboxError
+from loader.session import Event, Session, replay_inbox
 
 __all__ = ["Inbox", "Message", "Target"]
 
@@ -108,24 +109,7 @@ class Inbox:
 
     # -- rebuild ----------------------------------------------------------------------------
     def _rebuild(self, events: list[Event]) -> None:
-        for event in events:
-            if event["type"] != "agent/inbox/spliced":
-                continue
-            data = event["data"]
-            target = data.get("target")
-            start = data.get("start")
-            inserted = data.get("inserted", [])
-            removed = data.get("removedCount", 0)
-            items = self.lists.get(target) if isinstance(target, str) else None
-            if (
-                items is None
-                or not isinstance(start, int)
-                or not isinstance(removed, int)
-                or not isinstance(inserted, list)
-                or start < 0
-                or removed < 0
-                or start + removed > len(items)
-                or (not removed and start != len(items) and inserted)
-            ):
-                raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
-            items[start : start + removed] = inserted
+        # One replay for the inbox and crash repair (`loader.session.replay_inbox`), so both read the
+        # same lists; it raises SESSION_CORRUPT on an invalid splice and accepts a repair's re-insert.
+        for target, items in replay_inbox(events).items():
+            self.lists[target] = items

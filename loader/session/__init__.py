@@ -2,27 +2,36 @@
 
 `Session` is the in-memory append-only log (§5.1–§5.3); `SessionStore` mirrors it to
 `sessions/<id>/session.jsonl` with write-behind batching and flush barriers (§5.4, §5.5) and repairs
-torn tails and interrupted turns on load (§5.6). Other packages import from here, never from the
+torn tails and interrupted turns on load (§5.6), re-queueing what a crash-open turn claimed but never
+entered. Creation is atomic; a directory a crash left without a header is "never materialized"
+(`unmaterialized`), not corrupt. Other packages import from here, never from the
 modules below.
 """
 
 from __future__ import annotations
 
 from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
-from loader.session.repair import ReadResult, interrupted_turn_closers, read
+from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
 from loader.session.session import Session
 from loader.session.store import FileIO, SessionStore, StoreIO
+from loader.session.unmaterialized import PruneOutcome, is_unmaterialized, prune_unmaterialized, unmaterialized_ids
 
 __all__ = [
     "EVENT_TYPES",
+    "REQUEUED",
     "Event",
     "FileIO",
+    "PruneOutcome",
     "ReadResult",
     "Session",
     "SessionStore",
     "StoreIO",
     "interrupted_turn_closers",
+    "is_unmaterialized",
     "make_header",
+    "prune_unmaterialized",
     "read",
+    "replay_inbox",
+    "unmaterialized_ids",
     "validate_log",
 ]

@@ -1,4 +1,5 @@
-"""The file I/O seam of the JSONL store (SPEC §5.4): `StoreIO`, the real `FileIO`, `append_batch`.
+"""The file I/O seam of the JSONL store (SPEC §5.4): `StoreIO`, the real `FileIO`, `append_batch`,
+and atomic session creation (`create_session_file`).
 
 Every append and truncation of a session file goes through a `StoreIO`. The truncate-on-failure rule
 lives in `append_batch`, not in the IO object, so a test double that overrides `FileIO.write` to raise
@@ -12,6 +13,16 @@ lives in `append_batch`, not in the IO object, so a test double that overrides `
 
 Invariant: after `append_batch` returns or raises, the file is exactly `committed` bytes (the last
 size the store saw succeed) plus, on success, the whole batch: no seq is ever duplicated or skipped.
+
+Rule "a session file appears complete or not at all" (§5.4 item 1, issue 9): `create_session_file`
+writes the header to a temp file (`TEMP_PREFIX` + random) in the session directory, locks it, fsyncs
+it when asked, then publishes it with `link(temp, session.jsonl)` — a hard link fails with EEXIST, so
+a real collision is still `SESSION_EXISTS` and the flock taken on the temp file's inode is already
+held on the final file — and finally unlinks the temp name and fsyncs the directory. A kill at any
+point leaves either a complete `session.jsonl` or a directory without one (perhaps holding a temp
+file): "never materialized" (`SESSION_UNMATERIALIZED`, see `repair.read`), which `prune` removes.
+`StoreIO.create_step` is called before each system call of that sequence, so a test can fail any
+of them or copy the directory to see what a kill there would leave.
 """
 
 from __future__ import annotations
@@ -19,14 +30,41 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from loader.errors import SessionError
 
-__all__ = ["FileIO", "StoreIO", "append_batch", "fsync_dir", "lock_exclusive", "write_all"]
+__all__ = [
+    "CREATE_STEPS",
+    "TEMP_PREFIX",
+    "CreateStep",
+    "FileIO",
+    "StoreIO",
+    "append_batch",
+    "create_session_file",
+    "fsync_dir",
+    "lock_exclusive",
+    "write_all",
+]
 
 logger = logging.getLogger(__name__)
+
+SESSION_FILE = "session.jsonl"
+TEMP_PREFIX = ".session.jsonl.tmp-"
+"""A file named so in a session directory is an unpublished header (or a stale link to a published one)."""
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+CreateStep = Literal["mkdir", "open-temp", "write-header", "fsync-temp", "link", "unlink-temp", "fsync-dir"]
+CREATE_STEPS: tuple[CreateStep, ...] = (
+    "mkdir", "open-temp", "write-header", "fsync-temp", "link", "unlink-temp", "fsync-dir"
+)
+"""The system calls of `create_session_file`, in order (`fsync-*` only with `persistence.fsync`)."""
+
+_CREATE_ATTEMPTS = 5  # a concurrent `prune` may remove our directory before we publish: start over
 
 
 class StoreIO(Protocol):
@@ -42,6 +80,10 @@ class StoreIO(Protocol):
 
     def truncate(self, path: Path, size: int, fsync: bool) -> None:
         """Cut `path` back to `size` bytes, fsync when asked."""
+        ...
+
+    def create_step(self, step: CreateStep, directory: Path) -> None:
+        """Called before each system call of `create_session_file`; raising fails that call."""
         ...
 
 
@@ -68,6 +110,9 @@ class FileIO:
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+    def create_step(self, step: CreateStep, directory: Path) -> None:
+        return None
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -113,3 +158,76 @@ def lock_exclusive(fd: int, session_id: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
         raise SessionError("SESSION_BUSY", f"session {session_id} is held by another run") from exc
+
+
+class _Vanished(Exception):
+    """Our unpublished directory or temp file was removed under us (a concurrent `prune`)."""
+
+
+def create_session_file(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str) -> int:
+    """Publish `path` holding exactly the header `line`; return its descriptor, flock held (§5.4).
+
+    Raises `SESSION_EXISTS` if `path` exists, `SESSION_BUSY` never (the lock is on our own new file).
+    On failure nothing we created stays behind except directories (an empty directory reads as never
+    materialized, the same as a kill would leave it).
+    """
+    for _ in range(_CREATE_ATTEMPTS - 1):
+        try:
+            return _create_once(io, path, line, fsync, session_id)
+        except _Vanished:
+            logger.info("session %s: directory changed during creation; starting over", session_id)
+    try:
+        return _create_once(io, path, line, fsync, session_id)
+    except _Vanished as exc:
+        raise OSError(f"session {session_id}: {path.parent} keeps vanishing during creation") from exc
+
+
+def _create_once(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str) -> int:
+    directory = path.parent
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for d in reversed(missing):  # every directory we create is 0700, parents included
+        io.create_step("mkdir", d)
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            pass
+    if path.exists():
+        raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
+    temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+    io.create_step("open-temp", directory)
+    try:
+        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+    except FileNotFoundError as exc:
+        raise _Vanished() from exc
+    published = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:  # only a prune opens a temp file it did not make
+            raise _Vanished() from exc
+        io.create_step("write-header", directory)
+        write_all(fd, line)
+        if fsync:
+            io.create_step("fsync-temp", directory)
+            os.fsync(fd)
+        io.create_step("link", directory)
+        try:
+            os.link(temp, path, follow_symlinks=False)
+        except FileExistsError as exc:
+            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
+        except FileNotFoundError as exc:  # a prune removed the temp file before we locked it
+            raise _Vanished() from exc
+        published = True
+        io.create_step("unlink-temp", directory)
+        os.unlink(temp)
+        if fsync:
+            io.create_step("fsync-dir", directory)
+            fsync_dir(directory)
+            fsync_dir(directory.parent)
+    except BaseException:
+        if published:
+            path.unlink(missing_ok=True)  # ours and locked: nobody has seen it as live yet
+        temp.unlink(missing_ok=True)
+        os.close(fd)
+        raise
+    return fd

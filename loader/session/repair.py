@@ -9,9 +9,27 @@ parses as a `turn/end`, the bad line is not a torn tail but damage inside commit
 `read` raises `SESSION_CORRUPT` instead of offering a truncation. A repair never drops a completed
 turn.
 
+Rule "never materialized is not corrupt" (§5.4 item 1, issue 9): a session directory without
+`session.jsonl` (perhaps holding only a creation temp file) or with an empty one (left by versions
+that created the file before writing its header) is `SESSION_UNMATERIALIZED`: a creation that a
+crash cut short, with nothing in it to lose. A missing directory is `SESSION_NOT_FOUND`.
+
 `interrupted_turn_closers(events)` computes the events that close a turn left open by a crash. They
 continue the seqs and reuse the time of the last event, so a repaired log is a pure extension of the
 committed one: committed bytes are never rewritten.
+
+Rule "claim and entry are one durable fact" (§5.5, §6.7, issue 9): the claim splices of a step are
+flushed by the pre-step checkpoint, but its `step/start` and `user/message` events only by the
+model-request checkpoint, so a crash in between leaves messages removed from the inbox and shown to
+no model. Repair puts each message that a claim removed in the crash-open turn and that no later
+`user/message` (same id) entered back into its queue: one re-insert splice per list, `{target,
+start: 0, inserted: [...in claim order], outcome: "requeued"}`, among the closers before `turn/end`.
+Claims always take the head of a list, so start 0 is the index each was claimed from, ahead of
+anything queued after the claim. Messages the open turn did enter stay where they are: in the log,
+model-visible from the next request on, never run twice. Claims of turns that ended (a pre-step
+checkpoint failure, an abort, a reject) stay consumed: that turn's `turn/end` is durable, so those
+were live outcomes, not crashes. The fold (§7.1) counts a re-queued claim for nothing, so the
+repaired turn does not read as `aborted` work.
 """
 
 from __future__ import annotations
@@ -33,7 +51,22 @@ from loader.session.envelope import (
 )
 from loader.texts import render
 
-__all__ = ["ReadResult", "check_resumable", "interrupted_turn_closers", "parse", "read", "read_raw"]
+__all__ = [
+    "REQUEUED",
+    "ReadResult",
+    "apply_splice",
+    "check_resumable",
+    "interrupted_turn_closers",
+    "parse",
+    "read",
+    "read_raw",
+    "replay_inbox",
+]
+
+REQUEUED = "requeued"
+"""`agent/inbox/spliced.outcome` of a crash repair's re-insert of claimed-but-unentered messages."""
+
+_TARGETS = ("next-turn", "next-step")
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +101,15 @@ def read(path: Path) -> ReadResult:
 
 
 def read_raw(path: Path) -> bytes:
-    """The file's bytes; a missing file is SESSION_NOT_FOUND."""
+    """The file's bytes; a missing file is SESSION_UNMATERIALIZED in an existing directory, else
+    SESSION_NOT_FOUND."""
     try:
         return path.read_bytes()
     except FileNotFoundError as exc:
+        if path.parent.is_dir():
+            raise SessionError(
+                "SESSION_UNMATERIALIZED", f"{path.parent} holds no session file: it was never materialized"
+            ) from exc
         raise SessionError("SESSION_NOT_FOUND", f"no session file at {path}") from exc
     except IsADirectoryError as exc:
         raise SessionError("SESSION_CORRUPT", f"{path} is a directory") from exc
@@ -79,6 +117,8 @@ def read_raw(path: Path) -> bytes:
 
 def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
     """The pure half of `read`: split `raw` into header, good prefix and issue."""
+    if not raw:
+        raise SessionError("SESSION_UNMATERIALIZED", f"{source} is empty: it was never materialized")
     end = raw.find(b"\n")
     header_line = raw if end < 0 else raw[:end]
     ok, header = _try_loads(header_line)
@@ -202,8 +242,76 @@ def interrupted_turn_closers(events: list[Event]) -> list[Event]:
         emit("tool/result", _repair_result(open_turn, call["step"], call_id, seq, "callSeq" in call))
     if open_step is not None:
         emit("step/end", {"turn": open_turn, "step": open_step})
+    for target, messages in _unentered_claims(events).items():
+        # Rule "claim and entry are one durable fact": back at the head, where the claim took them.
+        emit("agent/inbox/spliced", {"target": target, "start": 0, "inserted": messages, "outcome": REQUEUED})
     emit("turn/end", {"turn": open_turn, "reason": {"kind": "interrupted"}})
     return closers
+
+
+def _unentered_claims(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
+    """Per target, in claim order: messages claimed in the last (open) turn and not entered."""
+    lists: dict[str, list[dict[str, Any]]] = {t: [] for t in _TARGETS}
+    unentered: dict[str, tuple[str, dict[str, Any]]] = {}  # message id → (target, message)
+    turn_open = False
+    for event in events:
+        kind, data = event["type"], event["data"]
+        if kind == "turn/start":
+            turn_open, unentered = True, {}
+        elif kind == "turn/end":
+            turn_open, unentered = False, {}
+        elif kind == "user/message":
+            unentered.pop(data.get("id"), None)  # type: ignore[arg-type]
+        elif kind == "agent/inbox/spliced":
+            removed = apply_splice(lists, event)
+            if turn_open and removed and data.get("outcome") is None:  # a claim (§6.5)
+                for message in removed:
+                    unentered[message["id"]] = (data["target"], message)
+    queued = {m["id"] for items in lists.values() for m in items}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for target in ("next-step", "next-turn"):  # the order `claim` takes them in
+        messages = [m for t, m in unentered.values() if t == target and m["id"] not in queued]
+        if messages:
+            out[target] = messages
+    return out
+
+
+def apply_splice(lists: dict[str, list[dict[str, Any]]], event: Event) -> list[dict[str, Any]]:
+    """Apply one `agent/inbox/spliced` event to the two lists (§6.5); return the removed messages.
+
+    Inserts go at the end, except a repair's `requeued` re-insert, which may go anywhere; an invalid
+    splice raises `SESSION_CORRUPT` ("invalid inbox splice at seq N").
+    """
+    data = event["data"]
+    target = data.get("target")
+    start = data.get("start")
+    inserted = data.get("inserted", [])
+    removed = data.get("removedCount", 0)
+    items = lists.get(target) if isinstance(target, str) else None
+    if (
+        items is None
+        or type(start) is not int
+        or type(removed) is not int
+        or not isinstance(inserted, list)
+        or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in inserted)
+        or start < 0
+        or removed < 0
+        or start + removed > len(items)
+        or (not removed and start != len(items) and inserted and data.get("outcome") != REQUEUED)
+    ):
+        raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
+    taken = items[start : start + removed]
+    items[start : start + removed] = inserted
+    return taken
+
+
+def replay_inbox(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
+    """The inbox lists a log leaves (§6.5 rebuild): every splice replayed in order."""
+    lists: dict[str, list[dict[str, Any]]] = {t: [] for t in _TARGETS}
+    for event in events:
+        if event["type"] == "agent/inbox/spliced":
+            apply_splice(lists, event)
+    return lists
 
 
 def check_resumable(session_id: str, result: ReadResult) -> list[Event]:

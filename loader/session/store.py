@@ -18,6 +18,16 @@ Invariants, per live session:
   whose awaiting task was cancelled may still land; the next write sees `size > committed` and
   truncates first, which keeps the same invariant.
 
+Creation (§5.4 item 1): rule "a session file appears complete or not at all". The header goes to
+a temp file, is synced, and is published with a hard link (EEXIST keeps `SESSION_EXISTS`); the
+flock is taken on the temp file, so it is held on the final file before the session is published
+(`_fileio.create_session_file`). A directory a kill left behind reads as `SESSION_UNMATERIALIZED`.
+
+Load (§5.6): rule "claim and entry are one durable fact". The closers of a crash-open turn re-queue
+every message a claim in that turn removed and no `user/message` entered, at the head of its list
+(`repair.interrupted_turn_closers`); like every closer they are appended, never rewritten. A live
+pre-step checkpoint failure still consumes its claim: that turn's `turn/end` makes it a closed turn.
+
 I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`;
 defined with `FileIO` and `append_batch` in `_fileio.py`, re-exported here). `SessionStore(io=...)`
 is the public, stable way to install a failing double; see `_fileio` for the contract.
@@ -36,7 +46,7 @@ from typing import Any, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import SESSION_ID_RE
-from loader.session._fileio import FileIO, StoreIO, append_batch, fsync_dir, lock_exclusive, write_all
+from loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file, lock_exclusive
 from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
 from loader.session.session import Session
@@ -44,10 +54,6 @@ from loader.session.session import Session
 __all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch"]
 
 logger = logging.getLogger(__name__)
-
-_DIR_MODE = 0o700
-_FILE_MODE = 0o600
-
 
 class _Live:
     """Per-session store state; touched only on the loop thread."""
@@ -142,7 +148,8 @@ class SessionStore:
     # -- create --------------------------------------------------------------------------------
 
     async def create(self, header: dict[str, Any]) -> Session:
-        """Materialize the file eagerly (§5.4 item 1); the session is returned only once it is locked."""
+        """Materialize the file eagerly and atomically (§5.4 item 1, `create_session_file`): the file
+        appears complete or not at all, and the session is returned only once it is locked."""
         session_id = header.get("id")
         if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
             raise SessionError("INVALID_SESSION_ID", f"{session_id!r} is not a session id")
@@ -156,36 +163,10 @@ class SessionStore:
         header = json.loads(json.dumps(header, allow_nan=False))
         line = encode_line(header)
         path = self.path(session_id)
-        fd = await _locking_call(lambda fd: fd, self._create_file, session_id, path, line)
+        fd = await _locking_call(
+            lambda fd: fd, create_session_file, self.io, path, line, self.fsync, session_id
+        )
         return self._publish(header, [], path, fd, len(line))
-
-    def _create_file(self, session_id: str, path: Path, line: bytes) -> int:
-        missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-        for directory in reversed(missing):  # every directory we create is 0700, parents included
-            try:
-                os.mkdir(directory, _DIR_MODE)
-            except FileExistsError:
-                pass
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
-        except FileExistsError as exc:
-            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
-        try:
-            lock_exclusive(fd, session_id)  # busy only if another run opened our new file first: leave it
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            write_all(fd, line)
-            if self.fsync:
-                os.fsync(fd)
-                fsync_dir(path.parent)
-                fsync_dir(self.sessions_dir)
-        except BaseException:
-            path.unlink(missing_ok=True)  # ours and locked: without a header it is no session
-            os.close(fd)
-            raise
-        return fd
 
     def _publish(
         self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int

@@ -45,7 +45,6 @@ def test_read_of_a_missing_file_is_session_not_found(path: Path) -> None:
 
 
 @pytest.mark.parametrize("raw", [
-    pytest.param(b"", id="empty"),
     pytest.param(b"not json\n", id="unparsable"),
     pytest.param(b"[1]\n", id="not-an-object"),
     pytest.param(line({"type": "session", "version": 1, "createdAt": 1, "delegationDepth": 0}), id="no-id"),
