@@ -158,3 +158,79 @@ def test_list_and_tree_ask_the_live_run_for_liveness(dsh, live_run, home, tmp_pa
     assert rows[0]["live"] == "idle" and rows[1]["live"] == "running"
     run.signal(signal.SIGINT)
     assert run.finish() == 130
+
+
+# -- never-materialized directories (issue 9 item 2) -----------------------------------------------
+UNMAT = "session-22222222-2222-4222-8222-222222222222"
+
+
+def leave_unmaterialized(home: Path, sid: str = UNMAT, *, empty_file: bool = False) -> Path:
+    """What a kill inside `store.create` leaves (or an older version's empty file)."""
+    session_dir = home / "sessions" / sid
+    session_dir.mkdir(parents=True)
+    if empty_file:
+        (session_dir / "session.jsonl").write_bytes(b"")
+    else:
+        (session_dir / ".session.jsonl.tmp-0123").write_bytes(b'{"type":"sess')
+    return session_dir
+
+
+def test_list_shows_an_unmaterialized_dir_as_one_row(dsh, home, tree_home):
+    root, child = tree_home
+    leave_unmaterialized(home)
+
+    text = dsh("sessions", "list", "--home", home)
+    raw = dsh("sessions", "list", "--json", "--home", home)
+
+    assert (text.exit_code, text.stderr, raw.exit_code, raw.stderr) == (0, "", 0, "")
+    assert [line.split("  ")[0] for line in text.stdout.splitlines()] == [root, child, UNMAT]
+    assert text.stdout.splitlines()[-1] == f"{UNMAT}  unmaterialized"
+    assert json.loads(raw.stdout.splitlines()[-1]) == {"id": UNMAT, "unmaterialized": True}
+
+
+@pytest.mark.parametrize("command", ["show", "tree"])
+@pytest.mark.parametrize("empty_file", [False, True], ids=["temp-only", "empty-session-file"])
+def test_show_and_tree_of_an_unmaterialized_dir_say_so_and_exit_2(dsh, home, command, empty_file):
+    """Not SESSION_CORRUPT: one line naming the cleanup, exit 2 (nothing to show)."""
+    session_dir = leave_unmaterialized(home, empty_file=empty_file)
+
+    result = dsh("sessions", command, UNMAT, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-UNMATERIALIZED", id=UNMAT, path=session_dir) + "\n"
+
+
+def test_prune_unmaterialized_removes_only_those_and_prints_each(dsh, home, tree_home):
+    root, child = tree_home
+    a = leave_unmaterialized(home)
+    b = leave_unmaterialized(home, "session-33333333-3333-4333-8333-333333333333", empty_file=True)
+    before = {sid: log_path(home, sid).read_bytes() for sid in tree_home}
+
+    dry = dsh("sessions", "prune", "--unmaterialized", "--dry-run", "--home", home)
+    assert (dry.exit_code, dry.stderr) == (0, "")
+    assert dry.stdout.splitlines() == [render("T-CLI-PRUNE-WOULD-REMOVE", path=p) for p in (a, b)]
+    assert a.is_dir() and b.is_dir()
+
+    result = dsh("sessions", "prune", "--unmaterialized", "--home", home)
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [render("T-CLI-PRUNE-REMOVED", path=p) for p in (a, b)]
+    assert sorted(p.name for p in (home / "sessions").iterdir()) == sorted([root, child])
+    assert {sid: log_path(home, sid).read_bytes() for sid in tree_home} == before
+
+    again = dsh("sessions", "prune", "--unmaterialized", "--home", home)
+    assert (again.exit_code, again.stdout) == (0, "")
+    assert again.stderr == render("T-CLI-PRUNE-NONE", home=home) + "\n"
+
+
+def test_prune_keeps_a_dir_holding_foreign_files_and_needs_its_kind(dsh, home):
+    session_dir = leave_unmaterialized(home)
+    (session_dir / "notes.txt").write_text("mine")
+
+    kept = dsh("sessions", "prune", "--unmaterialized", "--home", home)
+    bare = dsh("sessions", "prune", "--home", home)
+
+    assert (kept.exit_code, kept.stdout) == (0, "")
+    assert kept.stderr == render("T-CLI-PRUNE-KEPT-FOREIGN", path=session_dir, name="notes.txt") + "\n"
+    assert (session_dir / "notes.txt").exists()
+    assert (bare.exit_code, bare.stdout) == (2, "")
+    assert bare.stderr == "dsh: " + render("T-CLI-PRUNE-NEEDS-KIND") + "\n"

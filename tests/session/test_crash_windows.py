@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from loader.agent import Agent, PreStep, epoch_stop_reason, fold_consumed_work, user_message
-from loader.agent.inbox import Inbox
-from loader.errors import SessionError
+from loader.abort import AbortController
+from loader.agent import Agent, Inbox, PreStep, epoch_stop_reason, fold_consumed_work, user_message
+from loader.errors import SessionError, SubagentError
 from loader.headless import RunRequest, run_tree
+from loader.ids import new_child_id
 from loader.models import ModelRequest, ReplayProvider
 from loader.session import (
     REQUEUED,
@@ -39,6 +40,7 @@ from loader.session import (
     validate_log,
 )
 from loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
+from loader.texts import render
 from loader.transcripts import load_transcript
 
 from .helpers import assistant_with_calls, build_log, file_events, line, write_session_file
@@ -257,13 +259,19 @@ async def test_a_second_load_requeues_nothing_again(home):
     pytest.param({"kind": "blocked"}, id="rejected"),
 ])
 async def test_a_claim_of_a_turn_that_ended_stays_consumed(home, reason):
-    """A durable `turn/end` makes the claim a live outcome (§5.5, §6.11), not a crash: no re-queue."""
-    write_session_file(home / "sessions" / ROOT / "session.jsonl",
-                       build_log(*REPRO, ("turn/end", {"turn": 1, "reason": reason})))
+    """A durable `turn/end` makes the claim a live outcome (§5.5, §6.11), not a crash: when a later
+    turn is the crash-open one, only that turn's claim (B) is re-queued, never ROOT_TASK."""
+    b = msg("B")
+    log = build_log(*REPRO, ("turn/end", {"turn": 1, "reason": reason}),
+                    insert("next-turn", 0, b), ("turn/start", {"turn": 2}), claim("next-turn", 1))
+    write_session_file(home / "sessions" / ROOT / "session.jsonl", log)
 
     events, inbox = await load_inbox(home, ROOT)
 
-    assert len(events) == 4 and inbox.next_turn == []
+    assert [e["data"] for e in events[len(log):]] == [
+        requeue("next-turn", b), {"turn": 2, "reason": {"kind": "interrupted"}},
+    ]
+    assert texts(inbox.next_turn) == ["B"]
 
 
 class FailFirstWrite(FileIO):
@@ -460,3 +468,41 @@ async def test_a_directory_left_after_the_header_is_a_complete_session(tmp_path)
 
     assert outcome_of(home, "session-c") == "complete"
     assert prune_unmaterialized(home / "sessions") == []
+
+
+# -- a child whose creation a crash cut short -------------------------------------------------------
+async def test_a_cold_resume_of_an_unmaterialized_child_is_not_resumable(make_tree, home):
+    """As before atomic creation: NOT_RESUMABLE T-ERR-NOT-FOUND, and the directory is left as is."""
+    tree = await make_tree({"root": {"replies": []}})
+    root = await tree.create_root()
+    child_id = new_child_id()
+    left = make_state(home, "temp-complete").rename(home / "sessions" / child_id)
+
+    with pytest.raises(SubagentError) as caught:
+        await tree.manager.followup(root, child_id, "more", {"kind": "user"}, AbortController().signal)
+
+    assert (caught.value.code, caught.value.message) == ("NOT_RESUMABLE", render("T-ERR-NOT-FOUND", id=child_id))
+    assert is_unmaterialized(left) and [p.name for p in left.iterdir()] == [f"{TEMP_PREFIX}abc"]
+
+
+async def test_the_parents_repaired_subagent_call_keeps_tool_outcome_unknown(home):
+    """The parent crashed inside its `subagent` call while the child's creation was cut short: the
+    started call is repaired TOOL_OUTCOME_UNKNOWN (the child may exist), the entered prompt is not
+    re-queued, and the child's directory reads as never materialized."""
+    task = msg("SPAWN_ONE")
+    log = build_log(
+        insert("next-turn", 0, task), ("turn/start", {"turn": 1}), claim("next-turn", 1),
+        ("step/start", {"turn": 1, "step": 1}), ("user/message", task),
+        ("assistant/message", assistant_with_calls(1, 1, "sa1")),
+        ("tool/call", {"turn": 1, "step": 1, "callId": "sa1", "name": "subagent",
+                       "arguments": '{"label":"x","prompt":"y"}'}),
+    )
+    write_session_file(home / "sessions" / ROOT / "session.jsonl", log)
+    child_dir = make_state(home, "dir-only").rename(home / "sessions" / new_child_id())
+
+    events, inbox = await load_inbox(home, ROOT)
+
+    closers = events[len(log):]
+    assert [e["type"] for e in closers] == ["tool/result", "step/end", "turn/end"]
+    assert closers[0]["data"]["error"] == {"code": "TOOL_OUTCOME_UNKNOWN", "message": render("T-REPAIR-UNKNOWN")}
+    assert inbox.next_turn == [] and outcome_of(home, child_dir.name) == "unmaterialized"
