@@ -167,9 +167,11 @@ class _Vanished(Exception):
 def create_session_file(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str) -> int:
     """Publish `path` holding exactly the header `line`; return its descriptor, flock held (§5.4).
 
-    Raises `SESSION_EXISTS` if `path` exists, `SESSION_BUSY` never (the lock is on our own new file).
-    On failure nothing we created stays behind except directories (an empty directory reads as never
-    materialized, the same as a kill would leave it).
+    Raises `SESSION_EXISTS` if `path` exists. The lock is taken on our own fresh temp file, so it can
+    only be busy if a prune holds it; then, as when a prune removed the directory or the temp file
+    before we published, creation starts over (up to `_CREATE_ATTEMPTS` times). On failure nothing
+    we created stays behind except directories (an empty directory reads as never materialized, the
+    same as a kill would leave it).
     """
     for _ in range(_CREATE_ATTEMPTS - 1):
         try:

@@ -302,13 +302,17 @@ async def test_a_live_pre_step_checkpoint_failure_still_consumes_the_claim(make_
     assert inbox.next_turn == [] and not any(e["data"].get("outcome") == REQUEUED for e in events)
 
 
-async def test_the_fold_counts_a_requeued_claim_for_nothing(home):
-    """A repaired turn that claimed but never stepped does not account: the message is queued, not
-    consumed, so the epoch reads `completed`, not `aborted`. A turn that stepped still accounts."""
-    write_repro(home)
-    events, _ = await load_inbox(home, ROOT)
+@pytest.mark.parametrize("torn_step", [False, True], ids=["no-step", "torn-step-start"])
+async def test_the_fold_counts_a_requeued_claim_for_nothing(home, torn_step):
+    """A repaired turn that claimed but entered nothing (no step, or a `step/start` torn before its
+    `user/message`) does not account: the message is queued, not consumed, so the epoch reads
+    `completed`, not `aborted`. A turn that entered a message still accounts."""
+    tail = [("step/start", {"turn": 1, "step": 1})] if torn_step else []
+    write_session_file(home / "sessions" / ROOT / "session.jsonl", build_log(*REPRO, *tail))
+    events, inbox = await load_inbox(home, ROOT)
     fold = fold_consumed_work(events)
     assert (fold.to_json(), epoch_stop_reason(fold)) == ({"dropped_unrun": False}, "completed")
+    assert texts(inbox.next_turn) == ["ROOT_TASK"]
 
     write_session_file(home / "sessions" / ROOT / "session.jsonl", stepped_turn_then())
     events, _ = await load_inbox(home, ROOT)
