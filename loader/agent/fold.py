@@ -7,9 +7,10 @@ reads outcomes from the epoch's own log rather than from live state: any issuer 
 
 Rule "a re-queued claim counts for nothing" (issue 9, agreeing with `loader.session.repair`): crash
 repair puts messages a turn claimed but never entered back into the inbox with a `requeued` splice
-inside that turn. They were not consumed, so that turn's claims stop counting: a repaired turn that
-never stepped does not account (it does not read as `aborted`), and the work is accounted by the
-turn that later runs it.
+inside that turn. They were not consumed, so that turn's claims stop counting, and so does a step
+the crash left with nothing entered (a torn `step/start`): a repaired turn that entered no message
+does not account (it does not read as `aborted`), and the work is accounted by the turn that later
+runs it. A turn that entered a message still accounts: that message was consumed.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def _accounts_for_claim(kind: str | None) -> bool:
 def fold_consumed_work(events: list[Event]) -> FoldResult:
     stepped: set[int] = set()
     claimed: set[int] = set()
+    entered: set[int] = set()  # turns with a user/message
     open_turn: int | None = None
     end: Event | _Missing = MISSING
     dropped = False
@@ -98,8 +100,13 @@ def fold_consumed_work(events: list[Event]) -> FoldResult:
                 dropped |= data.get("inserted") == []
             elif open_turn is not None:
                 claimed.add(open_turn)
+        elif kind == "user/message" and open_turn is not None:
+            entered.add(open_turn)
         elif kind == "agent/inbox/spliced" and data.get("outcome") == REQUEUED and open_turn is not None:
-            claimed.discard(open_turn)  # repair put this turn's unentered claims back: nothing consumed
+            # Rule "a re-queued claim counts for nothing": repair put this turn's unentered claims back.
+            claimed.discard(open_turn)
+            if open_turn not in entered:
+                stepped.discard(open_turn)
         elif kind == "turn/end":
             open_turn = None
             turn = data["turn"]
