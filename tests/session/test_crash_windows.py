@@ -31,12 +31,14 @@ from loader.models import ModelRequest, ReplayProvider
 from loader.session import (
     REQUEUED,
     FileIO,
+    Session,
     SessionStore,
     interrupted_turn_closers,
     is_unmaterialized,
     make_header,
     prune_unmaterialized,
     read,
+    replay_inbox,
     validate_log,
 )
 from loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
@@ -318,6 +320,27 @@ async def test_the_fold_counts_a_requeued_claim_for_nothing(home, torn_step):
     events, _ = await load_inbox(home, ROOT)
     fold = fold_consumed_work(events)
     assert (fold.end_kind, epoch_stop_reason(fold)) == ("interrupted", "aborted")
+
+
+@pytest.mark.parametrize(("splice", "lists"), [
+    pytest.param({"target": "next-turn", "start": 0, "inserted": [msg("B")], "outcome": REQUEUED},
+                 (["B", "A"], []), id="requeue-at-the-head"),
+    pytest.param({"target": "next-turn", "start": 0, "inserted": [msg("B")]}, None, id="plain-insert-at-the-head"),
+    pytest.param({"target": "next-step", "start": 1, "inserted": [msg("B")], "outcome": REQUEUED}, None,
+                 id="requeue-past-the-end"),
+    pytest.param({"target": "next-turn", "start": 0, "inserted": [], "removedCount": 2}, None, id="claim-too-many"),
+])
+def test_only_a_repair_requeue_may_insert_ahead_of_queued_messages(splice, lists):
+    """One replay serves repair and the inbox rebuild (§6.5): anything else invalid is SESSION_CORRUPT."""
+    events = build_log(insert("next-turn", 0, msg("A")), ("agent/inbox/spliced", splice))
+    if lists is None:
+        for rebuild in (replay_inbox, lambda evs: Inbox(Session(make_header(ROOT), evs))):
+            with pytest.raises(SessionError) as info:
+                rebuild(events)
+            assert (info.value.code, info.value.message) == ("SESSION_CORRUPT", "invalid inbox splice at seq 1")
+    else:
+        inbox = Inbox(Session(make_header(ROOT), events))
+        assert (texts(inbox.next_turn), texts(inbox.next_step)) == lists
 
 
 def test_closers_of_a_claim_with_no_open_turn_or_no_claim_requeue_nothing():
