@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from loader.abort import AbortController, Aborted, AbortSignal
-from loader.agent.agent import Idle, PreStep, Running
 from loader.agent.inbox import Message
+from loader.agent.phase import PreStep, Running
 from loader.agent.tool_exec import execute_tools
 from loader.errors import DshError, ProviderError, StepLimit, error_chain
 from loader.ids import new_message_id
@@ -82,7 +82,7 @@ async def drive(agent: Agent, opened: OpenedTurn | BaseException) -> None:
         final = agent.phase
         turn = final.turn if isinstance(final, Running) else getattr(final, "last_turn", 0)
         wake = final.wake_requested if isinstance(final, Running) else False
-        agent._converge(turn, wake)
+        agent.converge(turn, wake)
 
 
 async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
