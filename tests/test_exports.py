@@ -24,8 +24,8 @@ SURFACES = {
         "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "tools_for",
     ],
     "loader.session": [
-        "EVENT_TYPES", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
-        "interrupted_turn_closers", "make_header", "read", "validate_log",
+        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
+        "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "make_header", "read", "validate_log",
     ],
     "loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",

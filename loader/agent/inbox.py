@@ -10,16 +10,31 @@ exactly what was pending when its process stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from loader.emitter import Emitter
 from loader.errors import InboxError, SessionError
 from loader.session import Event, Session
+from loader.texts import render
 
 __all__ = ["Inbox", "Message", "Target"]
 
 Target = Literal["next-turn", "next-step"]
-Message = dict[str, Any]
+
+
+class Message(TypedDict):
+    """A pending user-role message (§5.3), stored verbatim in `agent/inbox/spliced.inserted`.
+
+    `id` is unique among everything an inbox holds; `source` says who sent it (`{"kind": "user"}`,
+    a subagent notice, a tool result, …) and is what fences and notices branch on.
+    """
+
+    id: str
+    role: Literal["user"]
+    content: list[dict[str, Any]]
+    source: dict[str, Any]
+
+
 TARGETS: tuple[Target, Target] = ("next-turn", "next-step")
 
 
@@ -53,9 +68,9 @@ class Inbox:
     # -- mutations (each one sync span S3) --------------------------------------------------
     def append(self, target: Target, message: Message) -> None:
         if target not in TARGETS:
-            raise InboxError("INVALID_SPLICE", f"unknown inbox target {target!r}")
+            raise InboxError("INVALID_SPLICE", render("R-INBOX-TARGET", target=target))
         if self.find(message["id"]) is not None:
-            raise InboxError("DUPLICATE_MESSAGE", f"message {message['id']} is already queued")
+            raise InboxError("DUPLICATE_MESSAGE", render("R-INBOX-DUPLICATE", id=message["id"]))
         items = self.lists[target]
         self._session.append(
             "agent/inbox/spliced", {"target": target, "start": len(items), "inserted": [message]}
@@ -75,7 +90,7 @@ class Inbox:
     def clear(self) -> None:
         for target in ("next-step", "next-turn"):
             if self.lists[target]:
-                self._discard(target, 0, len(self.lists[target]))  # type: ignore[arg-type]
+                self._discard(target, 0, len(self.lists[target]))
 
     def claim(self, target: Target, turn: int) -> list[Message]:
         """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
@@ -127,5 +142,5 @@ class Inbox:
                 or start + removed > len(items)
                 or (not removed and start != len(items) and inserted)
             ):
-                raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
+                raise SessionError("SESSION_CORRUPT", render("R-INBOX-SPLICE", seq=event["seq"]))
             items[start : start + removed] = inserted

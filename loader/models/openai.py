@@ -49,7 +49,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from loader.abort import Aborted, AbortSignal
-from loader.errors import ConfigError, ProviderError
+from loader.errors import ConfigError, ProviderCode, ProviderError
 from loader.models._openai_wire import finish_reason, parse_event, request_body
 from loader.models.protocol import Chunk, Finish, FinishReason, ModelRequest, OnRetry
 
@@ -61,8 +61,9 @@ _T = TypeVar("_T")
 Sleep = Callable[[float], Awaitable[object]]
 Uniform = Callable[[float, float], float]
 
-_RETRIED_STATUS = {429: "RATE_LIMITED", 500: "PROVIDER_UNAVAILABLE", 502: "PROVIDER_UNAVAILABLE",
-                   503: "PROVIDER_UNAVAILABLE", 504: "PROVIDER_UNAVAILABLE"}
+_RETRIED_STATUS: dict[int, ProviderCode] = {429: "RATE_LIMITED", 500: "PROVIDER_UNAVAILABLE",
+                                            502: "PROVIDER_UNAVAILABLE", 503: "PROVIDER_UNAVAILABLE",
+                                            504: "PROVIDER_UNAVAILABLE"}
 
 
 class _RetrySettings(Protocol):
@@ -101,7 +102,7 @@ class _ReadGap(Exception):
 class _Failure:
     """One failed attempt before the first event."""
 
-    code: str
+    code: ProviderCode
     what: str  # e.g. "the model provider answered HTTP 503"; never headers, bodies or the key
     status: int | None = None
     retryable: bool = False
@@ -359,6 +360,7 @@ def _status_failure(response: httpx.Response) -> _Failure:
     if status in _RETRIED_STATUS:
         return _Failure(_RETRIED_STATUS[status], what, status=status, retryable=True,
                         retry_after=_retry_after(response.headers.get("retry-after")))
+    code: ProviderCode
     if status in (401, 403):
         code = "AUTH"
     elif status == 400:

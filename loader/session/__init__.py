@@ -12,15 +12,19 @@ from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_lo
 from loader.session.repair import ReadResult, interrupted_turn_closers, read
 from loader.session.session import Session
 from loader.session.store import FileIO, SessionStore, StoreIO
+from loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
 
 __all__ = [
     "EVENT_TYPES",
+    "ErrorData",
     "Event",
     "FileIO",
     "ReadResult",
     "Session",
     "SessionStore",
     "StoreIO",
+    "TurnEnd",
+    "TurnEndKind",
     "interrupted_turn_closers",
     "make_header",
     "read",

@@ -25,8 +25,8 @@ def new_session(**kw: Any) -> Session:
 
 def test_package_exports_exactly_the_public_api() -> None:
     assert sorted(loader.session.__all__) == [
-        "EVENT_TYPES", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
-        "interrupted_turn_closers", "make_header", "read", "validate_log",
+        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "ReadResult", "Session", "SessionStore", "StoreIO",
+        "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "make_header", "read", "validate_log",
     ]
     for name in loader.session.__all__:
         assert hasattr(loader.session, name)
