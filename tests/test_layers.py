@@ -11,6 +11,8 @@ host's `ControlServer`).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,17 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
     probe.write_text(source)
     [finding] = upward_imports([probe], root=tmp_path)
     assert "host (rank 8) imports" in finding
+
+
+# Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter
+# each, so a cycle that a warm `sys.modules` would hide fails as an ImportError here.
+# The AST walk above covers the rest; these are the ends the agent/loop and host/headless circles had.
+FIRST_IMPORTS = ["loader.agent.loop", "loader.agent.phase", "loader.host.server", "loader.models.function"]
+
+
+def test_each_module_imports_first_in_a_fresh_interpreter():
+    # Started together, awaited together: one interpreter start-up of wall time, not four.
+    runs = {m: subprocess.Popen([sys.executable, "-c", f"import {m}"], cwd=ROOT, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for m in FIRST_IMPORTS}
+    failed = {m: p.communicate(timeout=120)[1] for m, p in runs.items()}
+    assert {m: err for m, err in failed.items() if runs[m].returncode != 0} == {}
