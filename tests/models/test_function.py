@@ -24,6 +24,7 @@ from loader.models import (
     FunctionProvider,
     FunctionReply,
     ModelRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -158,3 +159,13 @@ async def test_replies_default_ids_usage_and_finish_and_calls_count_per_session(
     assert other == again == [TextDelta("plain"), DEFAULT_USAGE, Finish("stop")]
     assert [(len(provider.requests), i.call) for i in infos] == [(3, 1), (3, 1), (3, 2)]
     assert not any(i.root for i in infos) and all(i.descriptor is None for i in infos)
+
+
+async def test_an_async_function_that_returns_streams_like_a_sync_one():
+    async def model(req: ModelRequest, info: FunctionInfo) -> FunctionReply:
+        await asyncio.sleep(0)  # a real suspension: the reply arrives on a later loop iteration
+        return FunctionReply(text="hi", reasoning="think", finish="max-tokens")
+
+    provider = FunctionProvider(model)
+    chunks = [c async for c in provider.stream(request(), AbortController().signal, lambda *a: None)]
+    assert chunks == [ReasoningDelta("think"), TextDelta("hi"), DEFAULT_USAGE, Finish("max-tokens")]
