@@ -20,7 +20,7 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
     """Route and call; returns `(child, result)`, with `result` None when no live run hosts the child.
 
     Exit codes (§19): 2 for a bad address or unknown session, 1 for refusals and RPC failures."""
-    from loader.host.client import NoLiveRun, RouteError, RpcError, call_sync, parse_address, route
+    from loader.host import NoLiveRun, RouteError, RpcError, call_sync, parse_address, route
     from loader.texts import render
 
     root_dir = resolve_home(home)

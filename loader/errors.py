@@ -19,27 +19,76 @@ Callers branch on `code`, never on message text; messages come from `loader.text
 
 from __future__ import annotations
 
+from typing import Literal, NewType
+
 __all__ = [
     "AgentBusy",
+    "CheckpointCode",
     "CheckpointError",
+    "ConfigCode",
     "ConfigError",
     "DshError",
+    "ErrorCode",
+    "HostCode",
+    "InboxCode",
     "InboxError",
+    "ProviderCode",
     "ProviderError",
     "ReentrantAppend",
+    "RuntimeCode",
+    "ScriptedCode",
+    "SessionCode",
     "SessionError",
     "StepLimit",
+    "SubagentCode",
     "SubagentError",
     "ToolError",
+    "TranscriptCode",
     "TranscriptError",
     "error_chain",
 ]
+
+# Each family's codes, closed: a new code is a visible edit here, and a typo at a raise site is a
+# type error. The wire and the log carry them as plain strings.
+SessionCode = Literal[
+    "SESSION_CORRUPT", "NEWER_FORMAT", "SESSION_BUSY", "SESSION_CLOSED", "SESSION_EXISTS",
+    "SESSION_NOT_FOUND", "SESSION_UNMATERIALIZED", "UNKNOWN_EVENT", "INVALID_EVENT", "INVALID_HEADER", "INVALID_LOG",
+    "INVALID_SESSION_ID",
+]
+InboxCode = Literal["DUPLICATE_MESSAGE", "INVALID_SPLICE"]
+CheckpointCode = Literal["CHECKPOINT_FAILED"]
+ProviderCode = Literal[
+    # the OpenAI-compatible provider (§13)
+    "AUTH", "BAD_REQUEST", "RATE_LIMITED", "PROVIDER_UNAVAILABLE", "PROVIDER_REJECTED",
+    "PROVIDER_OVERLOADED", "CONTENT_FILTERED", "TIMEOUT", "NETWORK", "BAD_RESPONSE", "PROVIDER_ERROR",
+    "UNKNOWN_FINISH", "INCOMPLETE_STREAM",
+    # the replay provider (§15.3)
+    "REPLAY_UNRECORDED_SESSION", "REPLAY_SCRIPT_EXHAUSTED", "REPLAY_PLACEHOLDER",
+    "REPLAY_BINDING_CONFLICT", "REPLAY_UNCONSUMED",
+]
+ScriptedCode = NewType("ScriptedCode", str)
+"""A provider code a transcript scripts (§15.2 `error.code`): free-form by design, raised verbatim."""
+SubagentCode = Literal[
+    "UNAUTHORIZED", "NOT_RESUMABLE", "DRAINING", "ACTIVATION_CLOSING", "PARENT_UNAVAILABLE",
+    "DEPTH_EXCEEDED", "DUPLICATE_CHILD", "ACTIVATION_TEARDOWN_FAILED", "SUBAGENT_INCOMPLETE",
+]
+TranscriptCode = Literal["TRANSCRIPT_INVALID"]
+ConfigCode = Literal["CONFIG_INVALID", "USAGE", "FENCES_REFUSED", "MISSING_API_KEY"]
+HostCode = Literal[
+    "BAD_ADDRESS", "UNKNOWN_SESSION", "UNROUTABLE_SESSION", "NO_LIVE_RUN", "RPC_TRANSPORT",
+    "SOCKET_DIR_UNSAFE", "SOCKET_IN_USE",
+]
+RuntimeCode = Literal["REENTRANT_APPEND", "AGENT_BUSY", "STEP_LIMIT", "DUPLICATE_AGENT", "FENCE_TIMEOUT"]
+ErrorCode = (
+    SessionCode | InboxCode | CheckpointCode | ProviderCode | ScriptedCode | SubagentCode
+    | TranscriptCode | ConfigCode | HostCode | RuntimeCode
+)
 
 
 class DshError(Exception):
     """An error a caller may branch on. `code` is stable across releases; `message` is for people."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -49,7 +98,8 @@ class DshError(Exception):
 
 
 class SessionError(DshError):
-    pass
+    def __init__(self, code: SessionCode, message: str) -> None:
+        super().__init__(code, message)
 
 
 class ReentrantAppend(DshError):
@@ -58,12 +108,13 @@ class ReentrantAppend(DshError):
 
 
 class CheckpointError(DshError):
-    def __init__(self, message: str, code: str = "CHECKPOINT_FAILED") -> None:
+    def __init__(self, message: str, code: CheckpointCode = "CHECKPOINT_FAILED") -> None:
         super().__init__(code, message)
 
 
 class InboxError(DshError):
-    pass
+    def __init__(self, code: InboxCode, message: str) -> None:
+        super().__init__(code, message)
 
 
 class AgentBusy(DshError):
@@ -77,13 +128,14 @@ class StepLimit(DshError):
 
 
 class ProviderError(DshError):
-    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
+    def __init__(self, code: ProviderCode | ScriptedCode, message: str, *, status: int | None = None) -> None:
         super().__init__(code, message)
         self.status = status
 
 
 class ToolError(DshError):
-    pass
+    def __init__(self, code: SubagentCode, message: str) -> None:
+        super().__init__(code, message)
 
 
 class SubagentError(ToolError):
@@ -91,12 +143,12 @@ class SubagentError(ToolError):
 
 
 class TranscriptError(DshError):
-    def __init__(self, message: str, code: str = "TRANSCRIPT_INVALID") -> None:
+    def __init__(self, message: str, code: TranscriptCode = "TRANSCRIPT_INVALID") -> None:
         super().__init__(code, message)
 
 
 class ConfigError(DshError):
-    def __init__(self, message: str, code: str = "CONFIG_INVALID") -> None:
+    def __init__(self, message: str, code: ConfigCode = "CONFIG_INVALID") -> None:
         super().__init__(code, message)
 
 

@@ -6,7 +6,7 @@ runtime spells user-visible wording.
 
 from __future__ import annotations
 
-__all__ = ["TEXTS", "TOOL_DESCRIPTIONS", "TOOL_PARAMS", "render"]
+__all__ = ["RUNTIME_TEXTS", "TEXTS", "TOOL_DESCRIPTIONS", "TOOL_PARAMS", "render"]
 
 TEXTS: dict[str, str] = {
     # §12.4 system prompt sections
@@ -172,6 +172,16 @@ TOOL_PARAMS: dict[str, dict[str, str]] = {
 }
 
 
+RUNTIME_TEXTS: dict[str, str] = {
+    # Error messages the spec leaves to the runtime: no T- id, so `TEXTS` stays exactly the spec's
+    # set; stable wording all the same, kept here so no module spells its own.
+    "R-INBOX-TARGET": "unknown inbox target {target!r}",
+    "R-INBOX-DUPLICATE": "message {id} is already queued",
+    "R-INBOX-SPLICE": "invalid inbox splice at seq {seq}",
+}
+
+
 def render(tid: str, **values: object) -> str:
-    """Format text `tid` with `values`; a missing substitution is a programming error."""
-    return TEXTS[tid].format(**values)
+    """Format text `tid` (a spec T- id or an R- runtime id) with `values`; a missing substitution is
+    a programming error."""
+    return (TEXTS[tid] if tid.startswith("T-") else RUNTIME_TEXTS[tid]).format(**values)

@@ -1,6 +1,6 @@
 """Agent core (SPEC §6, §7): phases, inbox, driver, turns, steps, tools, fold."""
 
-from loader.agent.agent import Agent, AgentOptions, Idle, Maintenance, PreStep, Running
+from loader.agent.agent import Agent, AgentOptions
 from loader.agent.fold import (
     MISSING,
     STOP_REASONS,
@@ -15,6 +15,7 @@ from loader.agent.fold import (
 )
 from loader.agent.inbox import Inbox, Message, Target
 from loader.agent.messages import text_block, text_of, tool_result_message, user_message
+from loader.agent.phase import Idle, Maintenance, PreStep, Running
 from loader.agent.registry import AgentRegistry
 from loader.agent.tooling import Tool, ToolExec, ToolOutput
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from loader.abort import AbortController, AbortSignal, CancelCause
 from loader.agent.inbox import Inbox, Message, Target
+from loader.agent.loop import drive, open_turn
+from loader.agent.phase import Idle, Maintenance, Phase, PreStep, Running
 from loader.agent.tooling import Tool
 from loader.emitter import Emitter, Waterfall
 from loader.errors import AgentBusy
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from loader.models import ModelProvider
     from loader.session import SessionStore
 
-__all__ = ["Agent", "AgentOptions", "Idle", "Maintenance", "PreStep", "Running"]
+__all__ = ["Agent", "AgentOptions", "Idle", "Maintenance", "PreStep", "Running"]  # phases re-exported from phase.py
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,45 +51,23 @@ class AgentOptions:
     temperature: float | None = None
 
 
-@dataclass
-class Idle:
-    last_turn: int
-
-
-@dataclass
-class Maintenance:
-    abort: AbortController
-    last_turn: int
-    wake_requested: bool = False
-
-
-@dataclass
-class Running:
-    abort: AbortController
-    turn: int
-    step: int = 0
-    wake_requested: bool = False
-
-
-Phase = Idle | Maintenance | Running
-
-
-@dataclass
-class PreStep:
-    """What a pre-step listener sees. A listener returns `"reject"` to block the step."""
-
-    agent: Agent
-    turn: int
-    step: int
-    claimed: list[Message]
-    signal: AbortSignal
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-PreStepHook = Callable[[PreStep], Awaitable[Literal["reject"] | None]]
-
-
 class Agent:
+    """One conversation: a session, its inbox and at most one activity (driver or maintenance).
+
+    Fields and the invariants they keep:
+    - `id == session.id == header["id"]`, fixed for life; `inbox` is rebuilt from `session`'s
+      splices, so the lists always equal what the log says is pending.
+    - `_phase` changes only through `_set_phase`, which emits `agent/status` exactly when
+      `status` flips between `idle` and `running`.
+    - `_activity` is None before the first activity, else the future of the current or last one;
+      it never fails and is resolved only by `converge`, after the phase is `Idle`.
+    - `_driver` is the task of the last driver; a new one starts only from `Idle` (span S1).
+    - `_disposal is not None` <=> `dispose()` was called; once set, no new driver starts and every
+      caller of `dispose()` awaits the same future. `_cleanups` run once, in that future.
+    - `pre_step` holds the checkpoint at order 0: every step is durable before a fence or hook
+      sees it (§5.5).
+    """
+
     def __init__(
         self,
         session: Session,
@@ -175,8 +155,6 @@ class Agent:
             return
         if self._disposal is not None:
             return
-        from loader.agent.loop import drive, open_turn
-
         # --- S1 begin: running status, turn/start and the first claim happen before send returns ---
         self._activity = asyncio.get_running_loop().create_future()
         self._set_phase(Running(abort=AbortController(), turn=phase.last_turn))
@@ -209,8 +187,15 @@ class Agent:
             if self._activity is activity:
                 return
 
-    def _converge(self, last_turn: int, wake_requested: bool) -> None:
-        """Driver/maintenance end: idle first, then replay a latched wake, then resolve the activity."""
+    def converge(self, last_turn: int, wake_requested: bool) -> None:
+        """End the current activity (a driver's or a maintenance task's `finally` calls this once).
+
+        Invariant, in this order: the phase is `Idle` before anything else runs, so a listener or
+        a replayed wake sees an idle agent; a latched wake is replayed only if input is still
+        pending (it may open the next activity at once); the ended activity's future resolves
+        last, so `when_idle` callers wake to the newest state and, if a wake opened a new
+        activity, wait for that one too. Plain `def`: no await can split the three.
+        """
         activity = self._activity
         self._set_phase(Idle(last_turn=last_turn))
         if wake_requested and self.inbox.has_pending:
@@ -242,7 +227,7 @@ class Agent:
             finally:
                 phase = self._phase
                 assert isinstance(phase, Maintenance)
-                self._converge(phase.last_turn, phase.wake_requested)
+                self.converge(phase.last_turn, phase.wake_requested)
                 self.events.emit("agent/maintenance-end", {"agent": self.id})
 
         asyncio.create_task(runner(), name=f"maintenance:{self.id}")

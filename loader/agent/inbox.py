@@ -11,16 +11,31 @@ claimed in the crash-open turn but never entered into a step; `loader.session.re
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
 from loader.emitter import Emitter
 from loader.errors import InboxError
 from loader.session import Event, Session, replay_inbox
+from loader.texts import render
 
 __all__ = ["Inbox", "Message", "Target"]
 
 Target = Literal["next-turn", "next-step"]
-Message = dict[str, Any]
+
+
+class Message(TypedDict):
+    """A pending user-role message (§5.3), stored verbatim in `agent/inbox/spliced.inserted`.
+
+    `id` is unique among everything an inbox holds; `source` says who sent it (`{"kind": "user"}`,
+    a subagent notice, a tool result, …) and is what fences and notices branch on.
+    """
+
+    id: str
+    role: Literal["user"]
+    content: list[dict[str, Any]]
+    source: dict[str, Any]
+
+
 TARGETS: tuple[Target, Target] = ("next-turn", "next-step")
 
 
@@ -54,9 +69,9 @@ class Inbox:
     # -- mutations (each one sync span S3) --------------------------------------------------
     def append(self, target: Target, message: Message) -> None:
         if target not in TARGETS:
-            raise InboxError("INVALID_SPLICE", f"unknown inbox target {target!r}")
+            raise InboxError("INVALID_SPLICE", render("R-INBOX-TARGET", target=target))
         if self.find(message["id"]) is not None:
-            raise InboxError("DUPLICATE_MESSAGE", f"message {message['id']} is already queued")
+            raise InboxError("DUPLICATE_MESSAGE", render("R-INBOX-DUPLICATE", id=message["id"]))
         items = self.lists[target]
         self._session.append(
             "agent/inbox/spliced", {"target": target, "start": len(items), "inserted": [message]}
@@ -76,7 +91,7 @@ class Inbox:
     def clear(self) -> None:
         for target in ("next-step", "next-turn"):
             if self.lists[target]:
-                self._discard(target, 0, len(self.lists[target]))  # type: ignore[arg-type]
+                self._discard(target, 0, len(self.lists[target]))
 
     def claim(self, target: Target, turn: int) -> list[Message]:
         """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
@@ -112,4 +127,4 @@ class Inbox:
         # One replay for the inbox and crash repair (`loader.session.replay_inbox`), so both read the
         # same lists; it raises SESSION_CORRUPT on an invalid splice and accepts a repair's re-insert.
         for target, items in replay_inbox(events).items():
-            self.lists[target] = items
+            self.lists[target] = cast("list[Message]", items)

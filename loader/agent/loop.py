@@ -11,17 +11,18 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from pydantic import BaseModel
 
 from loader.abort import AbortController, Aborted, AbortSignal
-from loader.agent.agent import Idle, PreStep, Running
-from loader.agent.inbox import Message
+from loader.agent.inbox import Message, Target
+from loader.agent.phase import PreStep, Running
 from loader.agent.tool_exec import execute_tools
 from loader.errors import DshError, ProviderError, StepLimit, error_chain
 from loader.ids import new_message_id
 from loader.models import Assembler, ModelRequest
+from loader.session import ErrorData, TurnEnd
 
 if TYPE_CHECKING:
     from loader.agent.agent import Agent
@@ -82,22 +83,41 @@ async def drive(agent: Agent, opened: OpenedTurn | BaseException) -> None:
         final = agent.phase
         turn = final.turn if isinstance(final, Running) else getattr(final, "last_turn", 0)
         wake = final.wake_requested if isinstance(final, Running) else False
-        agent._converge(turn, wake)
+        agent.converge(turn, wake)
+
+
+# A turn that ends with no recorded reason is a bug in this module; the log still balances.
+_NO_REASON: TurnEnd = {"kind": "error", "error": {"code": "UNKNOWN", "message": "turn ended without a reason"}}
+
+
+def _outlasts_later_steps(end: TurnEnd) -> bool:
+    """Whether a step's end stays the turn's end when steered input runs further steps.
+
+    A step that hit the token limit left its answer unfinished; a later step completing must not
+    turn that into `completed`. Every other kind is replaced by the last step's.
+    """
+    match end["kind"]:
+        case "max-tokens":
+            return True
+        case "completed" | "aborted" | "blocked" | "error" | "interrupted":
+            return False
+        case unreachable:
+            assert_never(unreachable)
 
 
 async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
     phase = _running(agent)
     signal = phase.abort.signal
     turn = opened.turn
-    turn_ends: dict[str, Any] | None = None
+    turn_ends: TurnEnd | None = None
     claimed: list[Message] | None = opened.claimed
-    target = "next-turn"
+    target: Target = "next-turn"
     try:
         while True:
             signal.throw_if_aborted()
             step = phase.step + 1
             if claimed is None:
-                claimed = agent.inbox.claim(target, turn)  # type: ignore[arg-type]
+                claimed = agent.inbox.claim(target, turn)
             entered, claimed = claimed, None
             ctx = PreStep(agent=agent, turn=turn, step=step, claimed=entered, signal=signal)
             rejected = False
@@ -121,7 +141,7 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
                 for message in entered:
                     agent.session.append("user/message", message)
                 end = await _run_step(agent, turn, step, signal)
-                if not (turn_ends is not None and turn_ends["kind"] == "max-tokens"):
+                if turn_ends is None or not _outlasts_later_steps(turn_ends):
                     turn_ends = end
             finally:
                 agent.session.append("step/end", {"turn": turn, "step": step})
@@ -140,11 +160,11 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
             _emit_error(agent, turn, phase.step, error)
         raise
     finally:
-        _end_turn(agent, turn, turn_ends or {"kind": "error", "error": {"code": "UNKNOWN", "message": "turn ended without a reason"}})
+        _end_turn(agent, turn, turn_ends or _NO_REASON)
     return agent.inbox.has_pending
 
 
-async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> dict[str, Any] | None:
+async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> TurnEnd | None:
     signal.throw_if_aborted()
     options = agent.options
     tools = agent.tools
@@ -249,20 +269,20 @@ def _assistant(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _error_data(exc: BaseException) -> dict[str, Any]:
+def _error_data(exc: BaseException) -> ErrorData:
     if isinstance(exc, DshError):
-        data: dict[str, Any] = {"code": exc.code, "message": exc.message}
+        data: ErrorData = {"code": exc.code, "message": exc.message}
         if isinstance(exc, ProviderError) and exc.status is not None:
             data["status"] = exc.status
         return data
     return {"code": "UNKNOWN", "message": error_chain(exc)}
 
 
-def _emit_error(agent: Agent, turn: int, step: int, error: dict[str, Any]) -> None:
+def _emit_error(agent: Agent, turn: int, step: int, error: ErrorData) -> None:
     agent.events.emit("agent/error", {"agent": agent.id, "turn": turn, "step": step, "error": error})
 
 
-def _end_turn(agent: Agent, turn: int, reason: dict[str, Any]) -> None:
+def _end_turn(agent: Agent, turn: int, reason: TurnEnd) -> None:
     try:
         agent.session.append("turn/end", {"turn": turn, "reason": reason})
     except Exception:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loader.agent.inbox import Message
 from loader.ids import new_message_id
 
 __all__ = ["text_block", "tool_result_message", "user_message", "text_of"]
@@ -15,7 +16,7 @@ def text_block(text: str) -> dict[str, Any]:
 
 def user_message(
     content: str | list[dict[str, Any]], source: dict[str, Any] | None = None, *, id: str | None = None
-) -> dict[str, Any]:
+) -> Message:
     blocks = [text_block(content)] if isinstance(content, str) else list(content)
     return {
         "id": id or new_message_id(),
@@ -25,7 +26,7 @@ def user_message(
     }
 
 
-def tool_result_message(call_id: str, text: str, *, is_error: bool) -> dict[str, Any]:
+def tool_result_message(call_id: str, text: str, *, is_error: bool) -> Message:
     return {
         "id": new_message_id(),
         "role": "user",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from loader.abort import AbortSignal
+from loader.agent.inbox import Message
 from loader.agent.messages import tool_result_message
 from loader.agent.tooling import Tool, ToolExec, ToolOutput
 from loader.errors import CheckpointError, DshError, error_chain
@@ -38,7 +39,7 @@ class _Slot:
     done: asyncio.Future[tuple[ToolOutput | None, dict[str, Any] | None]]
     exec: ToolExec | None = None
     started: bool = False
-    staged: list[dict[str, Any]] = field(default_factory=list)
+    staged: list[Message] = field(default_factory=list)
 
 
 async def execute_tools(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from loader.abort import AbortSignal
+from loader.agent.inbox import Message
 
 if TYPE_CHECKING:
     from loader.agent.agent import Agent
@@ -35,9 +36,9 @@ class ToolExec:
     agent: Agent
     call_id: str
     signal: AbortSignal
-    staged: list[dict[str, Any]] = field(default_factory=list)
+    staged: list[Message] = field(default_factory=list)
 
-    def stage(self, message: dict[str, Any]) -> None:
+    def stage(self, message: Message) -> None:
         """Queue input for this agent; it is inserted into next-step after this call's result."""
         self.staged.append(message)
 

@@ -39,7 +39,7 @@ from loader.subagents import UserAuthority, interrupt, list_agents, status_of
 
 if TYPE_CHECKING:
     from loader.agent import Agent
-    from loader.headless import Tree
+    from loader.tree import Tree
 
 __all__ = [
     "InterruptParams",

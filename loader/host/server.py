@@ -53,7 +53,7 @@ from loader.host.protocol import (
 
 if TYPE_CHECKING:
     from loader.agent import Agent
-    from loader.headless import Tree
+    from loader.tree import Tree
 
 __all__ = ["ControlServer"]
 

@@ -1,5 +1,5 @@
-"""Model providers (SPEC §13): the protocol, the assembler, the OpenAI-compatible and replay
-providers, and the recorder.
+"""Model providers (SPEC §13): the protocol, the assembler, the OpenAI-compatible, replay and
+function providers, and the recorder.
 
 `agent/` imports only the protocol names from here; `headless` picks the provider. The live
 provider and the recorder load lazily (httpx, httpx-sse, ruamel.yaml): a replay run never pays for
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from loader.models.assembler import AssembledMessage, Assembler
+from loader.models.function import FunctionInfo, FunctionProvider, FunctionReply, ModelFunction, ToolCall
 from loader.models.protocol import (
     Chunk,
     Finish,
@@ -36,6 +37,10 @@ __all__ = [
     "Chunk",
     "Finish",
     "FinishReason",
+    "FunctionInfo",
+    "FunctionProvider",
+    "FunctionReply",
+    "ModelFunction",
     "ModelProvider",
     "ModelRequest",
     "OnRetry",
@@ -44,6 +49,7 @@ __all__ = [
     "Recorder",
     "ReplayProvider",
     "TextDelta",
+    "ToolCall",
     "ToolCallDelta",
     "Usage",
 ]

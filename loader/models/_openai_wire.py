@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loader.errors import ProviderError
+from loader.errors import ProviderCode, ProviderError
 from loader.models.protocol import (
     Chunk,
     FinishReason,
@@ -31,7 +31,7 @@ from loader.models.protocol import (
 __all__ = ["finish_reason", "parse_event", "request_body", "to_openai_messages", "to_openai_tools"]
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "tool_calls": "tool-calls", "length": "max-tokens"}
-_FINISH_ERRORS = {"content_filter": "CONTENT_FILTERED",
+_FINISH_ERRORS: dict[str, ProviderCode] = {"content_filter": "CONTENT_FILTERED",
                   "insufficient_system_resource": "PROVIDER_OVERLOADED"}
 
 

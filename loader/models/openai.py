@@ -30,19 +30,16 @@ Decisions where the spec leaves room:
 - `Retry-After` may be seconds or an HTTP date; an unparsable value falls back to the jitter.
 - The body's `model` is `request.model` (what the log records as `source.model`), else the
   provider's own `model`. Cache hits also read OpenAI's `prompt_tokens_details.cached_tokens`.
-- Message mapping and event parsing are pure functions in `_openai_wire.py`.
+- Message mapping and event parsing are pure functions in `_openai_wire.py`; failure
+  classification (status, transport error, read gap → code) lives in `_openai_failures.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
-import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -50,6 +47,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from loader.abort import Aborted, AbortSignal
 from loader.errors import ConfigError, ProviderError
+from loader.models._openai_failures import Failure, ReadGap, gap_failure, status_failure, transport_failure
 from loader.models._openai_wire import finish_reason, parse_event, request_body
 from loader.models.protocol import Chunk, Finish, FinishReason, ModelRequest, OnRetry
 
@@ -61,8 +59,6 @@ _T = TypeVar("_T")
 Sleep = Callable[[float], Awaitable[object]]
 Uniform = Callable[[float, float], float]
 
-_RETRIED_STATUS = {429: "RATE_LIMITED", 500: "PROVIDER_UNAVAILABLE", 502: "PROVIDER_UNAVAILABLE",
-                   503: "PROVIDER_UNAVAILABLE", 504: "PROVIDER_UNAVAILABLE"}
 
 
 class _RetrySettings(Protocol):
@@ -91,26 +87,6 @@ class ModelSettings(Protocol):
 
 _Opened = tuple[httpx.Response, AsyncGenerator[ServerSentEvent, None], ServerSentEvent | None]
 """An answered request: the response, its event iterator and the first event (None at once-EOF)."""
-
-
-class _ReadGap(Exception):
-    """No event arrived within `read_timeout`; becomes `TIMEOUT` (retried only before the first)."""
-
-
-@dataclass
-class _Failure:
-    """One failed attempt before the first event."""
-
-    code: str
-    what: str  # e.g. "the model provider answered HTTP 503"; never headers, bodies or the key
-    status: int | None = None
-    retryable: bool = False
-    retry_after: float | None = None
-    cause: BaseException | None = None
-
-    def error(self, attempts: int) -> ProviderError:
-        tail = f" after {attempts} attempts" if self.retryable and attempts > 1 else ""
-        return ProviderError(self.code, f"{self.what} ({self.code}){tail}", status=self.status)
 
 
 class OpenAICompatibleProvider:
@@ -219,10 +195,10 @@ class OpenAICompatibleProvider:
         """After the first event every failure is terminal (§13.2)."""
         try:
             return await self._next_event(events, response, signal)
-        except _ReadGap as exc:
-            raise _gap_failure(self.read_timeout).error(1) from exc
+        except ReadGap as exc:
+            raise gap_failure(self.read_timeout).error(1) from exc
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            raise _transport_failure(exc).error(1) from exc
+            raise transport_failure(exc).error(1) from exc
 
     async def _open(
         self, body: dict[str, Any], signal: AbortSignal, on_retry: OnRetry
@@ -231,7 +207,7 @@ class OpenAICompatibleProvider:
         for attempt in range(1, self.max_attempts + 1):
             signal.throw_if_aborted()
             failure = await self._attempt(body, signal)
-            if not isinstance(failure, _Failure):
+            if not isinstance(failure, Failure):
                 return failure
             if not failure.retryable or attempt == self.max_attempts:
                 raise failure.error(attempt) from failure.cause
@@ -244,25 +220,25 @@ class OpenAICompatibleProvider:
 
     async def _attempt(
         self, body: dict[str, Any], signal: AbortSignal
-    ) -> _Opened | _Failure:
+    ) -> _Opened | Failure:
         try:
             response = await self._send(body, signal)
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            return _transport_failure(exc, retryable=True)
+            return transport_failure(exc, retryable=True)
         if not response.is_success:
             await response.aclose()
-            return _status_failure(response)
+            return status_failure(response)
         events = EventSource(response).aiter_sse()
         try:
             first = await self._next_event(events, response, signal)
-        except _ReadGap as exc:
-            failure = _gap_failure(self.read_timeout, retryable=True)
+        except ReadGap as exc:
+            failure = gap_failure(self.read_timeout, retryable=True)
             failure.cause = exc
         except SSEError as exc:
-            failure = _Failure("BAD_RESPONSE", "the model provider did not answer with an event stream",
+            failure = Failure("BAD_RESPONSE", "the model provider did not answer with an event stream",
                                status=response.status_code, cause=exc)
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            failure = _transport_failure(exc, retryable=True)
+            failure = transport_failure(exc, retryable=True)
         except BaseException:
             await _close(events, response)
             raise
@@ -297,7 +273,7 @@ class OpenAICompatibleProvider:
         await response.aclose()
         if signal.aborted:
             raise Aborted(signal.reason)
-        raise _ReadGap()
+        raise ReadGap()
 
     async def _sleep_or_abort(self, delay: float, signal: AbortSignal) -> None:
         sleeping = asyncio.ensure_future(self._sleep(delay))
@@ -348,56 +324,3 @@ async def _close(events: AsyncGenerator[ServerSentEvent, None], response: httpx.
     except Exception:  # the generator already failed; closing the response is what matters
         logger.debug("closing the event stream failed", exc_info=True)
     await response.aclose()
-
-
-# ---- failure classification -------------------------------------------------------------------
-
-
-def _status_failure(response: httpx.Response) -> _Failure:
-    status = response.status_code
-    what = f"the model provider answered HTTP {status}"
-    if status in _RETRIED_STATUS:
-        return _Failure(_RETRIED_STATUS[status], what, status=status, retryable=True,
-                        retry_after=_retry_after(response.headers.get("retry-after")))
-    if status in (401, 403):
-        code = "AUTH"
-    elif status == 400:
-        code = "BAD_REQUEST"
-    elif status >= 500:
-        code = "PROVIDER_UNAVAILABLE"
-    else:
-        code = "PROVIDER_REJECTED"
-    return _Failure(code, what, status=status)
-
-
-def _transport_failure(exc: BaseException, *, retryable: bool = False) -> _Failure:
-    """`retryable` asks for a retry; only transport errors (timeouts, connect, read) get one."""
-    retryable = retryable and isinstance(exc, httpx.TransportError)
-    kind = type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
-        return _Failure("TIMEOUT", f"the model provider timed out ({kind})", retryable=retryable,
-                        cause=exc)
-    what = ("could not connect to the model provider" if isinstance(exc, httpx.ConnectError)
-            else "the connection to the model provider failed")
-    return _Failure("NETWORK", f"{what} ({kind})", retryable=retryable, cause=exc)
-
-
-def _gap_failure(read_timeout: float, *, retryable: bool = False) -> _Failure:
-    return _Failure("TIMEOUT", f"the model provider sent nothing for {read_timeout:g} s",
-                    retryable=retryable)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - datetime.now(timezone.utc)).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None

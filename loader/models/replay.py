@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loader.abort import Aborted, AbortSignal
-from loader.errors import ProviderError
+from loader.errors import ProviderCode, ProviderError, ScriptedCode
 from loader.models.protocol import (
     Chunk,
     Finish,
@@ -257,7 +257,7 @@ class ReplayProvider:
         logger.info("replay violation %s: %s", code, message)
         return violation
 
-    def _fail(self, code: str, agent: str | None, message: str) -> ProviderError:
+    def _fail(self, code: ProviderCode, agent: str | None, message: str) -> ProviderError:
         self._record(code, agent, message)
         return ProviderError(code, message)
 
@@ -277,7 +277,7 @@ def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -
         return _Served(form, chunks=_prefix(data["hang"]["text"]))
     if form == "error":
         err = data["error"]
-        error = ProviderError(err["code"], err["message"], status=err["status"])
+        error = ProviderError(ScriptedCode(err["code"]), err["message"], status=err["status"])
         return _Served(form, chunks=_prefix(data["text"]), error=error)
     chunks: list[Chunk] = []
     if data["reasoning"]:

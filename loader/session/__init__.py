@@ -14,10 +14,12 @@ from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_lo
 from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
 from loader.session.session import Session
 from loader.session.store import FileIO, SessionStore, StoreIO
+from loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
 from loader.session.unmaterialized import PruneOutcome, is_unmaterialized, prune_unmaterialized, unmaterialized_ids
 
 __all__ = [
     "EVENT_TYPES",
+    "ErrorData",
     "REQUEUED",
     "Event",
     "FileIO",
@@ -26,6 +28,8 @@ __all__ = [
     "Session",
     "SessionStore",
     "StoreIO",
+    "TurnEnd",
+    "TurnEndKind",
     "interrupted_turn_closers",
     "is_unmaterialized",
     "make_header",

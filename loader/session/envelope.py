@@ -18,6 +18,7 @@ from typing import Any
 
 from loader.errors import SessionError
 from loader.ids import SESSION_ID_RE
+from loader.session.turn_end import TURN_END_KINDS
 
 __all__ = [
     "EVENT_TYPES",
@@ -54,10 +55,6 @@ EVENT_TYPES: frozenset[str] = frozenset(
     }
 )
 
-TURN_END_KINDS: frozenset[str] = frozenset(
-    {"completed", "max-tokens", "aborted", "blocked", "error", "interrupted"}
-)
-"""§6.10: the closed set of `turn/end.reason.kind` values."""
 
 _ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data"})
 _HEADER_REQUIRED = frozenset({"type", "version", "id", "createdAt", "delegationDepth"})

@@ -261,7 +261,7 @@ def _unentered_claims(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
         elif kind == "turn/end":
             turn_open, unentered = False, {}
         elif kind == "user/message":
-            unentered.pop(data.get("id"), None)  # type: ignore[arg-type]
+            unentered.pop(data.get("id"), None)
         elif kind == "agent/inbox/spliced":
             removed = apply_splice(lists, event)
             if turn_open and removed and data.get("outcome") is None:  # a claim (§6.5)

@@ -19,7 +19,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loader.errors import ReentrantAppend, SessionError
@@ -73,7 +73,7 @@ class Session:
     def __repr__(self) -> str:
         return f"Session({self.id!r}, events={len(self.events)}, closed={self.closed})"
 
-    def append(self, type: str, data: dict[str, Any], *, ignorable: bool = False) -> Event:
+    def append(self, type: str, data: Mapping[str, Any], *, ignorable: bool = False) -> Event:
         """Append one event and publish it; a plain `def` so the whole append is one sync span."""
         if self.closed:
             raise SessionError("SESSION_CLOSED", f"session {self.id} is closed")

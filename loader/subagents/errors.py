@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from loader.errors import SubagentError
+from loader.errors import SubagentCode, SubagentError
 from loader.texts import render
 
 __all__ = ["err"]
 
 
-def err(code: str, tid: str, **values: object) -> SubagentError:
+def err(code: SubagentCode, tid: str, **values: object) -> SubagentError:
     return SubagentError(code, render(tid, **values))

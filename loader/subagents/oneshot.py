@@ -6,6 +6,7 @@ tool result. It sees none of the delegation tools, so it cannot orphan descendan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ async def run_one_shot(
         child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth, cwd=parent.header.get("cwd")
     )
     child = await manager.create_child_agent(header, manager.descriptor("one-shot", label, spawn_call_id), "one-shot")
-    off = lambda: None  # noqa: E731
+    off: Callable[[], None] = lambda: None  # noqa: E731
     try:
         child.followup(user_message(prompt, {"kind": "user"}))
         off = signal.add_listener(lambda _reason: child.cancel({"kind": "parent"}))

@@ -59,7 +59,8 @@ def normalize(flow: dict[str, Any]) -> dict[str, Any]:
             return value
         return pattern.sub(lambda m: label(m.group(0)), value)
 
-    return _map_strings(flow, rewrite)
+    normalized: dict[str, Any] = _map_strings(flow, rewrite)
+    return normalized
 
 
 def _collect(flow: dict[str, Any], message_ids: set[str], keep: set[str]) -> None:
@@ -105,7 +106,7 @@ def _yaml() -> YAML:
     yaml.indent(mapping=2, sequence=2, offset=0)
     yaml.width = 4096
     yaml.allow_unicode = True
-    yaml.representer.ignore_aliases = lambda *_args: True  # type: ignore[method-assign]
+    yaml.representer.ignore_aliases = lambda *_args: True
     return yaml
 
 

@@ -14,6 +14,10 @@ def test_models_exports_exactly_the_pinned_names() -> None:
             "Chunk",
             "Finish",
             "FinishReason",
+            "FunctionInfo",
+            "FunctionProvider",
+            "FunctionReply",
+            "ModelFunction",
             "ModelProvider",
             "ModelRequest",
             "OnRetry",
@@ -22,6 +26,7 @@ def test_models_exports_exactly_the_pinned_names() -> None:
             "Recorder",
             "ReplayProvider",
             "TextDelta",
+            "ToolCall",
             "ToolCallDelta",
             "Usage",
         ]

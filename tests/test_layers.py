@@ -1,0 +1,134 @@
+"""Imports point one way (STYLE §1, the diagram in `loader/__init__.py`).
+
+Every `import` in `loader/` and `cli/` is read with `ast` — module level, inside functions and under
+`if TYPE_CHECKING:` alike, since STYLE allows a type-only import to break a cycle within a layer,
+never upward. A unit may import itself and units of a strictly lower rank; two units of one rank
+never import each other. Reading the source, not `sys.modules`, also catches cycles that a lazy or
+type-only import hides at run time (host once reached `Tree` through `headless`, which starts the
+host's `ControlServer`).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The spine, left to right, with the units beside it placed where their imports put them:
+# `models/` and `config/` build on `transcripts/`; `tree` assembles agent, subagents and tools;
+# the host's runtime half (`methods`, `server`) and `fences` drive a `Tree`; `headless` picks
+# providers, config and the host; `testing/` sits on headless; `cli/` on everything.
+RANKS: dict[str, int] = {
+    **dict.fromkeys(("abort", "ids", "errors", "texts", "emitter", "yamlpos"), 0),
+    "shipped": 1,
+    "session": 1,
+    "transcripts": 2,
+    "models": 3,
+    "config": 3,
+    "agent": 4,
+    "subagents": 5,
+    "tools": 6,
+    "tree": 7,
+    "host": 8,
+    "fences": 8,
+    "headless": 9,
+    "testing": 10,
+    "cli": 11,
+}
+
+
+def unit_of_path(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("").parts
+    if rel[0] == "cli":
+        return "cli"
+    return rel[1]  # loader/<module>.py or loader/<package>/...
+
+
+def unit_of_module(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] == "cli":
+        return "cli"
+    if parts[0] == "loader" and len(parts) > 1:
+        return parts[1]
+    return None  # stdlib or third party
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every absolute import of a `loader`/`cli` module in `path`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import; write it absolute"
+            assert node.module is not None
+            found.append((node.lineno, node.module))
+    return found
+
+
+def sources() -> list[Path]:
+    files = sorted(p for base in ("loader", "cli") for p in (ROOT / base).rglob("*.py"))
+    return [p for p in files if p != ROOT / "loader" / "__init__.py"]
+
+
+def upward_imports(files: list[Path], root: Path = ROOT) -> list[str]:
+    bad: list[str] = []
+    for path in files:
+        unit = unit_of_path(path, root)
+        assert unit in RANKS, f"{path}: unit {unit!r} has no place in the layering; add it to RANKS"
+        for line, module in imports_of(path):
+            target = unit_of_module(module)
+            if target is None or target == unit:
+                continue
+            assert target in RANKS, f"{path}:{line}: imports unknown unit {target!r}"
+            if RANKS[target] >= RANKS[unit]:
+                bad.append(f"{path.relative_to(root)}:{line}: {unit} (rank {RANKS[unit]}) imports "
+                           f"{module} (rank {RANKS[target]})")
+    return bad
+
+
+def test_every_import_in_loader_and_cli_points_down_the_layers():
+    assert upward_imports(sources()) == []
+
+
+def test_host_reaches_tree_directly_not_through_headless():
+    """The circle this file was written for: host → headless → host."""
+    host = [p for p in sources() if unit_of_path(p) == "host"]
+    assert [m for p in host for _, m in imports_of(p) if m.startswith("loader.headless")] == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param("from loader.headless import Tree\n", id="module-level"),
+        pytest.param("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loader.headless import Tree\n",
+                     id="type-only"),
+        pytest.param("def f():\n    import loader.fences\n", id="lazy-same-rank"),
+    ],
+)
+def test_the_walk_flags_an_upward_import(tmp_path, source):
+    """The check can fail: a host module importing headless (or its peer fences) is reported."""
+    probe = tmp_path / "loader" / "host" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text(source)
+    [finding] = upward_imports([probe], root=tmp_path)
+    assert "host (rank 8) imports" in finding
+
+
+# Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter
+# each, so a cycle that a warm `sys.modules` would hide fails as an ImportError here.
+# The AST walk above covers the rest; these are the ends the agent/loop and host/headless circles had.
+FIRST_IMPORTS = ["loader.agent.loop", "loader.agent.phase", "loader.host.server", "loader.models.function"]
+
+
+def test_each_module_imports_first_in_a_fresh_interpreter():
+    # Started together, awaited together: one interpreter start-up of wall time, not four.
+    runs = {m: subprocess.Popen([sys.executable, "-c", f"import {m}"], cwd=ROOT, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for m in FIRST_IMPORTS}
+    failed = {m: p.communicate(timeout=120)[1] for m, p in runs.items()}
+    assert {m: err for m, err in failed.items() if runs[m].returncode != 0} == {}
