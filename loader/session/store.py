@@ -101,6 +101,21 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 
 class SessionStore:
+    """The JSONL mirror of live sessions (§5.4–§5.6); the only writer of `sessions/<id>/`.
+
+    Fields and the invariants they keep:
+    - `_live[id]` exists exactly while the session is open in this process: from `create`/`load`
+      (which take the exclusive flock) until `close` releases the lock and deletes the entry. A
+      second `create`/`load` of a live id is SESSION_EXISTS / SESSION_BUSY.
+    - per `_Live`: at most one write in flight (`writer`); `queue` holds encoded lines not yet
+      confirmed, oldest first; `committed` is the file size after the last confirmed write, so the
+      file never holds a duplicated or skipped seq (a failed or orphaned write is truncated back to
+      `committed` before the next one).
+    - `barrier` is the one shared `flush` task per session; `closing` the one shared close.
+    - `io` is the only path to the disk for appends and truncations (the failure-injection seam);
+      `fsync` decides whether batches and new directories are fsynced.
+    """
+
     def __init__(
         self,
         home: Path,
