@@ -149,6 +149,7 @@ async def test_every_failing_child_is_waited_for_and_named_once_in_the_failure(m
     i1, i2 = watch.id_of("i1"), watch.id_of("i2")
     broken.update({i1, i2})
     middle = watch.agents["middle"]
+    a1, a2 = tree.manager.activations[i1], tree.manager.activations[i2]
 
     with pytest.raises(SubagentError) as info:
         if drain == "selected-children":
@@ -166,6 +167,14 @@ async def test_every_failing_child_is_waited_for_and_named_once_in_the_failure(m
     assert failure.message.count(first) == times and failure.message.count(second) == times
     at = sorted((failure.message.index(first), failure.message.index(second)))
     assert "; " in failure.message[at[0]:at[1]]
+    assert a1.disposal is not None and a2.disposal is not None
+    own = {a.child_id: str(a.disposal.exception()) for a in (a1, a2)}
+    assert own[i1] == render("T-ERR-TEARDOWN", id=i1, detail=first)
+    if drain == "selected-children":  # aggregated in the order of the ids given
+        assert failure.message == f"{own[i1]}; {own[i2]}"
+    elif drain == "the-owner":  # middle's own failure joins its children's, child-first (sorted ids)
+        assert failure.message == render("T-ERR-TEARDOWN", id=middle_id,
+                                         detail="; ".join(own[c] for c in sorted(own)))
     assert i1 not in tree.manager.activations and i2 not in tree.manager.activations
     ends = {e["sessionId"]: e["stopReason"] for e in watch.ends}
     assert ends[i1] == ends[i2] == "error"
