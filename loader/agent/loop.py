@@ -75,9 +75,9 @@ async def drive(agent: Agent, opened: OpenedTurn | BaseException) -> None:
             phase.step = 0
             phase.wake_requested = False
             more = await _run_turn(agent, open_turn(agent))
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:  # every failure stops the driver here; the turn already ended
+    except Exception as exc:  # every failure stops the driver here; the turn already ended
+        # Not BaseException: the task's own CancelledError (a hard stop), KeyboardInterrupt and
+        # SystemExit propagate; `finally` still converges the agent.
         logger.debug("driver of %s stopped: %r", agent.id, exc)
     finally:
         final = agent.phase
@@ -242,14 +242,27 @@ async def _next_chunk(stream: Any, signal: AbortSignal) -> Any:
         raise Aborted(signal.reason)
     nxt: asyncio.Future[Any] = asyncio.ensure_future(anext(stream, None))
     waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
-    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # This task itself is being cancelled (a hard stop): the read must not outlive it, and
+        # the caller's aclose() must find the stream at rest, so end the read before re-raising.
+        nxt.cancel()
+        await asyncio.wait({nxt})
+        raise
     if nxt in done:
         return nxt.result()
     nxt.cancel()  # abandon a read we no longer need; the caller closes the stream
     try:
         await nxt
-    except BaseException:
-        pass
+    except asyncio.CancelledError:
+        # The abandoned read's own cancellation is expected; a cancellation of this task that
+        # arrived while we waited for the read to unwind is not ours to swallow.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+    except Exception:
+        logger.debug("an abandoned stream read failed while unwinding", exc_info=True)
     raise Aborted(signal.reason)
 
 

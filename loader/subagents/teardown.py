@@ -83,9 +83,16 @@ async def _transaction(
         await m.store.flush(child.session)  # (7)
     except Exception as exc:
         logger.warning(TEXTS["T-LOG-FLUSH-FAILED"].format(id=a.child_id, detail=error_chain(exc)))
-    suffix = child.session.events[a.boundary :]  # (8) terminal facts, still registered
-    stop_reason: str = epoch_stop_reason(fold_consumed_work(suffix))
-    output = final_output(suffix)
+    stop_reason: str = "error"
+    output: list[dict[str, Any]] | None = None
+    try:
+        suffix = child.session.events[a.boundary :]  # (8) terminal facts, still registered
+        stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
+        output = final_output(suffix)
+    except Exception as exc:
+        # A log the fold cannot read must not strand the Activation: the failure joins step 10,
+        # so the tail still runs (remove, notice `error`, release) and the disposal fails typed.
+        failures.append(exc)
     try:
         await child.dispose()  # (9)
     except Exception as exc:

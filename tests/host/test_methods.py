@@ -91,13 +91,13 @@ async def test_interrupt_reads_no_store_catalogue_or_registry(start_run, home: P
     await rpc(home, run.root.id, "run.status", {})
     assert "registry.__iter__" in call_log.calls
     call_log.calls.clear()
+    child = run.child  # before the call: once interrupted, the child may settle and leave the map
 
     result = await rpc(home, run.root.id, "subagent.interrupt",
                        {"parentSessionId": run.root.id, "childSessionId": run.child_id, "mode": "continuable"})
 
     assert result == {"accepted": True}
     assert call_log.calls == []
-    child = run.child
     await asyncio.wait_for(child.when_idle(), 5)
     ends = [e["data"]["reason"] for e in child.session.events if e["type"] == "turn/end"]
     assert ends == [{"kind": "aborted", "reason": {"kind": "user"}}]

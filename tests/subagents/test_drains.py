@@ -305,6 +305,7 @@ async def test_failing_final_flush_is_logged_and_settlement_proceeds(make_tree, 
     assert io.failed == [tree.store.path(child_id)]
     flush_failed = render("T-LOG-FLUSH-FAILED", id=child_id, detail="")
     assert [r.levelno for r in caplog.records if r.getMessage().startswith(flush_failed)] == [logging.WARNING]
+    assert any("simulated disk full" in r.getMessage() for r in caplog.records if r.getMessage().startswith(flush_failed))
     assert [e["stopReason"] for e in edges.end_of(child_id)] == ["completed"]
     assert turn_ends(log(tree, child_id)) == ["completed"]  # the close wrote the retried batch
     [notice] = entered(log(tree, root), "subagent-settled")
