@@ -172,6 +172,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         ),
         batch_delay_ms=config.persistence.batch_delay_ms,
         fsync=config.persistence.fsync,
+        # SPEC §26 item 1: under a transcript the order is the transcript's alone, so no I/O thread.
+        inline_io=isinstance(provider, ReplayProvider),
     )
     sinks = request.sinks
     _attach_sinks(tree, sinks)
