@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from loader.testing.snapshots import ci_is_read_only
+
 if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
 
@@ -38,15 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DshFlow", "ci_is_read_only"]
 
-_CI_OFF = ("", "0", "false")
 _UPDATE_OPTIONS = (("update_snapshots", "--snapshot-update"),
                    ("update_new_snapshots_only", "--snapshot-update-new-only"))
-
-
-def ci_is_read_only(environ: Mapping[str, str]) -> bool:
-    """True when `CI` is set to anything but "", "0" or "false" (compared case-insensitively)."""
-    value = environ.get("CI")
-    return value is not None and value.strip().lower() not in _CI_OFF
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
