@@ -113,7 +113,10 @@ def plan_flow(
     from loader.config import compose  # testing sits on headless; imported when a run starts
     from loader.transcripts import load_transcript
 
+    from loader.tools import lint_transcript
+
     script = load_transcript(transcript)
+    lint_transcript(script)  # tool names, arguments and placeholders against the real schemas
     composed = compose(
         profile="test", overlays=list(overlays), transcript=script, environ=environ or {}, pytest_plugin=True
     )
