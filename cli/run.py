@@ -47,6 +47,10 @@ def run(
         fail("--resume needs the TASK to continue with", 2)
     try:
         script = load_transcript(transcript) if transcript is not None else None
+        if script is not None:
+            from loader.tools import lint_transcript
+
+            lint_transcript(script)
         if script is not None and task is not None:
             fail("give either TASK or --transcript (whose task is used), not both", 2)
         composed = compose(profile=profile, overlays=overlay or [], transcript=script)

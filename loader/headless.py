@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from loader.agent import Agent, AgentOptions, run_outcome, user_message
 from loader.config import Config
-from loader.errors import ConfigError
+from loader.errors import ConfigError, DshError
 from loader.fences import Fences
 from loader.models import ModelProvider, ReplayProvider
 from loader.subagents import ManagerConfig
@@ -127,18 +127,24 @@ def _build_provider(request: RunRequest) -> ModelProvider:
     return Recorder(live) if request.record is not None else live
 
 
-def _write_recording(request: RunRequest, provider: ModelProvider, task: str) -> None:
+def _write_recording(request: RunRequest, provider: ModelProvider, task: str, tree: Tree) -> None:
     from loader.models import Recorder
     from loader.models.recorder import secrets_from_env
 
     if request.record is None or not isinstance(provider, Recorder):
         return
+    logs = {}  # the observed settlement order becomes fences (issue 10): read the durable logs
+    for session_id in provider.agent_keys():
+        try:
+            logs[session_id] = tree.store.read(session_id).events
+        except DshError:
+            logger.warning("recording: could not read session %s", session_id)
     secrets = secrets_from_env(os.environ)
     key = os.environ.get(request.config.model.api_key_env)
     if key:
         secrets.append(key)
     try:
-        provider.write(request.record, task=task, overlays=request.overlays or None, redact=secrets)
+        provider.write(request.record, task=task, overlays=request.overlays or None, redact=secrets, logs=logs)
     except OSError as exc:
         _warn(request.sinks, f"dsh: could not write the recording {request.record}: {exc}")
 
@@ -172,6 +178,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         ),
         batch_delay_ms=config.persistence.batch_delay_ms,
         fsync=config.persistence.fsync,
+        # SPEC §26 item 1: under a transcript the order is the transcript's alone, so no I/O thread.
+        inline_io=isinstance(provider, ReplayProvider),
     )
     sinks = request.sinks
     _attach_sinks(tree, sinks)
@@ -234,7 +242,7 @@ async def run_tree(request: RunRequest) -> RunResult:
         finally:
             if server is not None:
                 await server.close()
-            _write_recording(request, provider, task)
+            _write_recording(request, provider, task, tree)
     violations: list[dict[str, Any]] = []
     if isinstance(provider, ReplayProvider):
         provider.finish_checks()

@@ -39,11 +39,14 @@ class Tree:
     batch_delay_ms: int = 0
     fsync: bool = False
     agent_class: type[Agent] = Agent
+    inline_io: bool = False  # replay runs: store I/O on the loop thread (SPEC §26 item 1)
 
     def __post_init__(self) -> None:
-        self.store = SessionStore(self.home, batch_delay_ms=self.batch_delay_ms, fsync=self.fsync)
+        self.store = SessionStore(
+            self.home, batch_delay_ms=self.batch_delay_ms, fsync=self.fsync, inline_io=self.inline_io
+        )
         self.registry = AgentRegistry()
-        self.catalogue = Catalogue(self.store.sessions_dir)
+        self.catalogue = Catalogue(self.store.sessions_dir, live=self.store.get_live)
         if self.manager_config.model is None:
             self.manager_config = ManagerConfig(
                 max_depth=self.manager_config.max_depth,
@@ -60,6 +63,7 @@ class Tree:
         self.roots: list[Agent] = []
 
     def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
+        self.catalogue.note_created(session.id)
         agent = self.agent_class(
             session,
             store=self.store,

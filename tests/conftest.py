@@ -172,3 +172,17 @@ async def make_tree(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
     yield factory
     for tree in trees:
         await tree.shutdown()
+
+
+@pytest.fixture
+def threaded_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay runs with the store's I/O back in worker threads (as before issue 10), so a transcript
+    with a real race gives differing flows: the way to see `--repeat` and `repeat=` report one."""
+    import loader.tree
+
+    class ThreadedStore(SessionStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["inline_io"] = False
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(loader.tree, "SessionStore", ThreadedStore)

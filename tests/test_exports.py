@@ -21,7 +21,8 @@ SURFACES = {
         "settlement_message", "state_of", "status_of",
     ],
     "loader.tools": [
-        "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "tools_for",
+        "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "TOOL_PARAMETERS",
+        "lint_transcript", "tools_for",
     ],
     "loader.session": [
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "PruneOutcome", "REQUEUED", "ReadResult", "Session",

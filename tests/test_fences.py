@@ -442,15 +442,23 @@ async def test_m89_placeholders_resolve_to_the_live_child_id(tmp_path: Path) -> 
 
 
 def test_m89_unresolvable_placeholder_fails_the_request(dsh_flow: Any, tmp_path: Path) -> None:
-    """Matrix 89: an unresolvable placeholder → REPLAY_PLACEHOLDER; that request fails (turn error)."""
+    """Matrix 89: an unresolvable placeholder → REPLAY_PLACEHOLDER; that request fails (turn error).
+
+    Since issue 10 a placeholder naming no call or agent is a load error (the transcript lint,
+    tests/tools/test_lint.py); what stays a run-time failure is a valid name not bound *yet*: here
+    `late` would be spawned by the root's second reply, which the failed first one never reaches."""
     path = transcript(tmp_path, "bad-placeholder", """
         agents:
-          root: {replies: [{text: "hello {{child:nope}}"}]}
+          root: {replies: [{text: "hello {{session:late}}"},
+                           {toolCalls: [{id: s, name: subagent, arguments: {label: l, prompt: p}}]}]}
+          late: {spawnedBy: s, replies: [{text: never}]}
     """)
     with pytest.raises(TranscriptViolation) as caught:
         dsh_flow(path)
     flow = caught.value.flow
-    assert flow["violations"] == [{"code": "REPLAY_PLACEHOLDER", "agent": "root"}]
+    assert flow["violations"] == [{"code": "REPLAY_PLACEHOLDER", "agent": "root"},
+                                  {"code": "REPLAY_UNCONSUMED", "agent": "root"},
+                                  {"code": "REPLAY_UNCONSUMED", "agent": "late"}]
     [t1] = session(flow, "0")["turns"]
     assert t1["end"]["kind"] == "error" and t1["end"]["code"] == "REPLAY_PLACEHOLDER"
     assert flow["result"]["exitCode"] == 1

@@ -2,7 +2,9 @@
 
 The recorder passes every chunk through unchanged, so the run it records is the run the user
 sees; beside that it keeps one reply entry per request, keyed by session id, in request order. A
-transcript written from those entries replays to the same flow (§23 item 90).
+transcript written from those entries replays to the same flow (§23 item 90): `write(logs=...)`
+adds the observed settlement order as generated `hold` fences (`schedule.py`, issue 10; this
+supersedes §15.5's "no fences are written").
 
 How a request becomes a reply (§15.1 forms):
 - a stream that ends with `Finish` → a message: `reasoning`, `text`, `toolCalls` (arguments as a
@@ -174,14 +176,28 @@ class Recorder:
 
     # ---- the transcript --------------------------------------------------------------------------
 
+    def agent_keys(self) -> dict[str, str]:
+        """Session id -> the transcript agent key `transcript()` gives it."""
+        keys = {self._root: "root"} if self._root is not None else {}
+        keys.update({sid: f"child-{n}" for n, (sid, _) in enumerate(self._children, start=1)})
+        return keys
+
     def transcript(
-        self, name: str, task: str, overlays: Iterable[str] | None = None
+        self, name: str, task: str, overlays: Iterable[str] | None = None,
+        logs: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> dict[str, Any]:
-        """The §15.1 document of everything recorded so far (no fences, no headers)."""
+        """The §15.1 document of everything recorded so far. With the run's `logs` (session id ->
+        events) it also holds the observed settlement order as fences (`schedule.py`, issue 10)."""
         doc: dict[str, Any] = {"version": 1, "name": name, "task": task}
         listed = list(overlays or [])
         if listed:
             doc["overlays"] = listed
+        if logs is not None:
+            from loader.models.schedule import observed_fences
+
+            fences = observed_fences(logs, self.agent_keys())
+            if fences:
+                doc["fences"] = fences
         if self._root is None:
             logger.warning("recorder: no root session was noted; root has no replies")
         agents: dict[str, Any] = {"root": {"replies": self._replies_of(self._root)}}
@@ -217,10 +233,11 @@ class Recorder:
         overlays: Iterable[str] | None = None,
         redact: Iterable[str] = (),
         name: str | None = None,
+        logs: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> Path:
         """Write the transcript atomically (temp file + rename, mode 0600) as YAML, redacted."""
         target = Path(path)
-        doc = self.transcript(name if name is not None else _name_of(target), task, overlays)
+        doc = self.transcript(name if name is not None else _name_of(target), task, overlays, logs)
         secrets = sorted({s for s in redact if s}, key=len, reverse=True)
         doc = _redact(doc, secrets)
         yaml = YAML()

@@ -28,6 +28,14 @@ every message a claim in that turn removed and no `user/message` entered, at the
 (`repair.interrupted_turn_closers`); like every closer they are appended, never rewritten. A live
 pre-step checkpoint failure still consumes its claim: that turn's `turn/end` makes it a closed turn.
 
+Replay runs (`inline_io=True`, SPEC §26 item 1): under a transcript nothing external happens, so
+the order of all agents must be a function of the transcript alone. A worker thread would make
+*when* the loop resumes an awaiting task depend on the OS scheduler, so there the same blocking
+calls run inline on the loop thread, and the write-behind timer is always next-loop-iteration
+(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. The task
+structure (one writer task, one shared barrier) is the same in both modes, so every invariant
+above holds unchanged; only the thread hop goes.
+
 I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`;
 defined with `FileIO` and `append_batch` in `_fileio.py`, re-exported here). `SessionStore(io=...)`
 is the public, stable way to install a failing double; see `_fileio` for the contract.
@@ -75,12 +83,17 @@ class _Live:
 _T = TypeVar("_T")
 
 
-async def _locking_call(fd_of: Callable[[_T], int], fn: Callable[..., _T], *args: Any) -> _T:
+async def _locking_call(
+    fd_of: Callable[[_T], int], fn: Callable[..., _T], *args: Any, inline: bool = False
+) -> _T:
     """Run `fn` in a thread; if our caller is cancelled meanwhile, close the lock fd it opens.
 
     A thread cannot be cancelled: without this, a cancelled `create`/`load` would leave the file
-    locked by a descriptor nobody owns until the process exits.
+    locked by a descriptor nobody owns until the process exits. With `inline` (replay runs, SPEC
+    §26 item 1) `fn` runs on the loop thread: there is no await, so nothing to cancel.
     """
+    if inline:
+        return fn(*args)
     future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try:
         return await asyncio.shield(future)
@@ -124,6 +137,7 @@ class SessionStore:
         fsync: bool = True,
         io: StoreIO | None = None,
         clock: Callable[[], int] | None = None,
+        inline_io: bool = False,
     ) -> None:
         self.home = Path(home)
         self.sessions_dir = self.home / "sessions"
@@ -131,6 +145,8 @@ class SessionStore:
         self.fsync = fsync
         self.io: StoreIO = io if io is not None else FileIO()
         self._clock = clock
+        # SPEC §26 item 1: replay runs do their blocking I/O on the loop thread (module docstring).
+        self.inline_io = inline_io
         self._live: dict[str, _Live] = {}
 
     def __repr__(self) -> str:
@@ -179,7 +195,8 @@ class SessionStore:
         line = encode_line(header)
         path = self.path(session_id)
         fd = await _locking_call(
-            lambda fd: fd, create_session_file, self.io, path, line, self.fsync, session_id
+            lambda fd: fd, create_session_file, self.io, path, line, self.fsync, session_id,
+            inline=self.inline_io,
         )
         return self._publish(header, [], path, fd, len(line))
 
@@ -209,7 +226,7 @@ class SessionStore:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop: the queue waits for the next flush
-        if self.batch_delay_ms <= 0:
+        if self.batch_delay_ms <= 0 or self.inline_io:  # replay: no clock decides the order (§26 item 1)
             live.timer = loop.call_soon(self._on_timer, live)
         else:
             live.timer = loop.call_later(self.batch_delay_ms / 1000, self._on_timer, live)
@@ -232,7 +249,12 @@ class SessionStore:
     async def _write(self, live: _Live, count: int, data: bytes) -> BaseException | None:
         """Write the head `count` lines; return the failure instead of raising it (it is remembered)."""
         try:
-            size = await asyncio.to_thread(append_batch, self.io, live.path, data, self.fsync, live.committed)
+            if self.inline_io:
+                # SPEC §26 item 1: on the loop thread under replay; still one write in flight, since
+                # the writer task is registered before this runs and the call holds the loop.
+                size = append_batch(self.io, live.path, data, self.fsync, live.committed)
+            else:
+                size = await asyncio.to_thread(append_batch, self.io, live.path, data, self.fsync, live.committed)
         except Exception as exc:
             live.writer = None
             live.error = exc
@@ -325,7 +347,9 @@ class SessionStore:
         if not SESSION_ID_RE.match(session_id):
             raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
         path = self.path(session_id)
-        result, closers, fd, size = await _locking_call(lambda r: r[2], self._load_file, session_id, path)
+        result, closers, fd, size = await _locking_call(
+            lambda r: r[2], self._load_file, session_id, path, inline=self.inline_io
+        )
         if session_id in self._live:  # a concurrent create/load in this store won the race
             os.close(fd)
             raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")

@@ -2,19 +2,27 @@
 
 Reads session headers and descriptor lines under `$DSH_HOME/sessions` (cached by file size and
 mtime, so repeated listings re-read only files that changed) and joins them with residency.
+
+A session live in this process is read from memory, not from its file: appends are write-behind
+(§5.4), so a child created a moment ago may not have its descriptor line on disk yet, and whether it
+has would depend on when the store's write ran, i.e. on the machine's load. Rows are ordered by
+`createdAt`; siblings this process built in the same millisecond keep their creation order
+(`live_order`), never the order of their random ids, so a replay lists them the same way every run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from loader.subagents.activation import Activation
 
 if TYPE_CHECKING:
+    from loader.session import Session
     from loader.subagents.manager import ContinuationManager
 
 __all__ = ["Catalogue", "CatalogueEntry", "list_agents", "status_of"]
@@ -27,6 +35,7 @@ class CatalogueEntry:
     id: str
     header: dict[str, Any] | None
     descriptor: dict[str, Any] | None
+    live_order: int | None = None  # creation order among the sessions this process built
 
     @property
     def readable(self) -> bool:
@@ -34,9 +43,11 @@ class CatalogueEntry:
 
 
 class Catalogue:
-    def __init__(self, sessions_dir: Path) -> None:
+    def __init__(self, sessions_dir: Path, *, live: Callable[[str], Session | None] | None = None) -> None:
         self.sessions_dir = sessions_dir
+        self._live = live  # the store's `get_live`: a live session is read from memory
         self._cache: dict[str, tuple[tuple[int, int], CatalogueEntry]] = {}
+        self._live_order: dict[str, int] = {}
 
     def entries(self) -> list[CatalogueEntry]:
         out: list[CatalogueEntry] = []
@@ -45,6 +56,10 @@ class Catalogue:
         except FileNotFoundError:
             return out
         for name in names:
+            session = self._live(name) if self._live is not None else None
+            if session is not None:
+                out.append(self._from_memory(session))
+                continue
             path = self.sessions_dir / name / "session.jsonl"
             try:
                 st = path.stat()
@@ -55,8 +70,20 @@ class Catalogue:
             if cached is None or cached[0] != key:
                 cached = (key, _scan(name, path))
                 self._cache[name] = cached
-            out.append(cached[1])
+            order = self._live_order.get(name)
+            out.append(cached[1] if order is None else replace(cached[1], live_order=order))
         return out
+
+    def note_created(self, session_id: str) -> None:
+        """Called as each agent of this process is built: the tie-break among same-millisecond rows."""
+        self._live_order.setdefault(session_id, len(self._live_order))
+
+    def _from_memory(self, session: Session) -> CatalogueEntry:
+        order = self._live_order.get(session.id)
+        descriptor = next(
+            (e["data"] for e in session.events[:_MAX_SCAN_LINES] if e["type"] == "subagent/descriptor"), None
+        )
+        return CatalogueEntry(id=session.id, header=session.header, descriptor=descriptor, live_order=order)
 
 
 def _scan(session_id: str, path: Path) -> CatalogueEntry:
@@ -94,6 +121,11 @@ def status_of(manager: ContinuationManager, session_id: str) -> Status:
     return "idle"
 
 
+def _listing_order(e: CatalogueEntry) -> tuple[int, int, str]:
+    created = (e.header or {}).get("createdAt", 0)
+    return (created if isinstance(created, int) else 0, e.live_order if e.live_order is not None else -1, e.id)
+
+
 def list_agents(
     manager: ContinuationManager, catalogue: Catalogue, caller_id: str, scope: str = "children"
 ) -> list[dict[str, Any]]:
@@ -106,7 +138,7 @@ def list_agents(
         if isinstance(parent, str) and e.header.get("origin") == "subagent":
             by_parent.setdefault(parent, []).append(e)
     for kids in by_parent.values():
-        kids.sort(key=lambda e: ((e.header or {}).get("createdAt", 0), e.id))
+        kids.sort(key=_listing_order)
     rows: list[dict[str, Any]] = []
     seen = {caller_id}
 

@@ -284,7 +284,10 @@ class ContinuationManager:
         # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
         with self._pending(parent):
             try:
-                found = await asyncio.to_thread(self.store.read, child_id)
+                if self.store.inline_io:  # replay: no thread decides the order (SPEC §26 item 1)
+                    found = self.store.read(child_id)
+                else:
+                    found = await asyncio.to_thread(self.store.read, child_id)
             except SessionError as exc:
                 signal.throw_if_aborted()
                 raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc

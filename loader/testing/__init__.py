@@ -10,6 +10,29 @@ from __future__ import annotations
 
 from loader.testing.flow import project
 from loader.testing.normalize import dump_flow, normalize
-from loader.testing.runner import Flow, TranscriptViolation, arun_flow
+from loader.testing.runner import (
+    Flow,
+    FlowPlan,
+    FlowsDiffer,
+    TranscriptViolation,
+    arun_flow,
+    arun_flows,
+    check_repeats,
+    flow_diff,
+    plan_flow,
+)
 
-__all__ = ["Flow", "TranscriptViolation", "arun_flow", "dump_flow", "normalize", "project"]
+__all__ = [
+    "Flow",
+    "FlowPlan",
+    "FlowsDiffer",
+    "TranscriptViolation",
+    "arun_flow",
+    "arun_flows",
+    "check_repeats",
+    "dump_flow",
+    "flow_diff",
+    "normalize",
+    "plan_flow",
+    "project",
+]

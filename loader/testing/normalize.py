@@ -1,15 +1,19 @@
 """Flow normalization and its YAML form (SPEC §20.2): the bytes a snapshot stores.
 
 Ids are random per run, so a stored flow names them by role and order instead: session ids become
-`S1…` in walk order (the order of `sessions`), message ids `M1…` in order of first appearance
-during a depth-first walk of the flow in key order, any other UUID `U1…` likewise. Replacement
+`S1…` in walk order (the order of `sessions`); a message id becomes `<S>.M<n>`, numbered *per
+receiving session* `<S>` in order of first appearance during a depth-first walk of the flow in key
+order; any other UUID `U1…` likewise, flow-wide. Numbering per session keeps snapshot diffs local
+(issue 10): one more message in one session renumbers only that session's messages, not every
+message after it in the whole flow. Replacement
 reaches inside every string value, so a tool result naming a child reads `S2` and a root id
 `session-<uuid>` is replaced whole, never as `session-U1`. Tool call ids from transcripts are kept
 verbatim, even when they happen to look like UUIDs. Keys are never rewritten.
 
-Message ids are the values at the message-id positions of the projection (step `input`,
-`claimedUnrun` and `notices` entries); the numbering nevertheless counts every appearance, so a
-`send_message` result that names a message before the child's step enters it gets the lower number.
+Message ids are the values at the message-id positions of the projection (step `input` and
+`claimedUnrun` entries of a session, and `notices` entries, whose receiver is `to`); the numbering
+nevertheless counts every appearance, so a `send_message` result that names a message before the
+child's step enters it gets the lower number within the child's sequence.
 
 `dump_flow` is deterministic: identical input gives identical bytes (ruamel.yaml round-trip
 dumper, block style, mappings and sequences indented by 2 with the dash at the parent key's column,
@@ -33,25 +37,30 @@ UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA
 
 
 def normalize(flow: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a projected flow with ids replaced by placeholders (§20.2)."""
+    """A deep copy of a projected flow with ids replaced by placeholders (§20.2, issue 10)."""
     sessions = [s["id"] for s in flow.get("sessions", []) if isinstance(s.get("id"), str)]
     labels: dict[str, str] = {sid: f"S{i}" for i, sid in enumerate(sessions, start=1)}
-    message_ids: set[str] = set()
+    owners: dict[str, str] = {}  # message id -> the session whose inbox received it
     keep: set[str] = set()
-    _collect(flow, message_ids, keep)
-    counters = {"M": 0, "U": 0}
+    _collect(flow, owners, keep)
+    counters: dict[str, int] = {"U": 0}
 
     def label(token: str) -> str:
         if token in labels:
             return labels[token]
         if token in keep:
             return token
-        prefix = "M" if token in message_ids else "U"
-        counters[prefix] += 1
-        labels[token] = f"{prefix}{counters[prefix]}"
+        owner = owners.get(token)
+        if owner is None:
+            counters["U"] += 1
+            labels[token] = f"U{counters['U']}"
+        else:
+            prefix = labels.get(owner, owner)
+            counters[prefix] = counters.get(prefix, 0) + 1
+            labels[token] = f"{prefix}.M{counters[prefix]}"
         return labels[token]
 
-    known = sorted((set(labels) | message_ids) - keep, key=lambda t: (-len(t), t))
+    known = sorted((set(labels) | set(owners)) - keep, key=lambda t: (-len(t), t))
     pattern = re.compile("|".join([*(re.escape(t) for t in known), UUID_RE]))
 
     def rewrite(value: str) -> str:
@@ -63,19 +72,22 @@ def normalize(flow: dict[str, Any]) -> dict[str, Any]:
     return normalized
 
 
-def _collect(flow: dict[str, Any], message_ids: set[str], keep: set[str]) -> None:
+def _collect(flow: dict[str, Any], owners: dict[str, str], keep: set[str]) -> None:
     for session in flow.get("sessions", []):
+        sid = session.get("id", "")
         if session.get("spawnCall"):
             keep.add(session["spawnCall"])
         for turn in session.get("turns", []):
             for entry in turn.get("claimedUnrun", []):
-                message_ids.add(entry["id"])
+                owners.setdefault(entry["id"], sid)
             for step in turn.get("steps", []):
-                message_ids.update(entry["id"] for entry in step.get("input", []))
+                for entry in step.get("input", []):
+                    owners.setdefault(entry["id"], sid)
                 keep.update(call["id"] for call in step.get("output", {}).get("toolCalls", []))
                 keep.update(tool["id"] for tool in step.get("tools", []))
-    message_ids.update(n["id"] for n in flow.get("notices", []))
-    message_ids.discard("")
+    for notice in flow.get("notices", []):
+        owners.setdefault(notice["id"], notice.get("to", ""))
+    owners.pop("", None)
     keep.discard("")
 
 

@@ -5,20 +5,33 @@ The pytest plugin and `dsh flow` share this path, so a snapshot and the CLI prin
 directory) under the test profile's settings: no write-behind delay, no fsync, fences allowed.
 
 The environment does not leak into a flow: unless `environ` is given, no `DSH_*` variable applies.
+
+Repeats (issue 10): a replay run is an exact function of its transcript and configuration (SPEC §26
+item 1), so N runs must give one flow. `plan_flow` loads and composes once (YAML loading is most of
+a small run's cost); `arun_flows` runs the plan N times, each in a fresh home, and `check_repeats`
+turns the first pair of differing flows into a `FlowsDiffer` carrying their unified diff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loader.session import read, validate_log
 from loader.testing.flow import project
 from loader.testing.normalize import dump_flow, normalize
 
-__all__ = ["Flow", "TranscriptViolation", "arun_flow"]
+if TYPE_CHECKING:
+    from loader.config import Config
+    from loader.transcripts import Transcript
+
+__all__ = ["Flow", "FlowPlan", "FlowsDiffer", "TranscriptViolation", "arun_flow", "arun_flows",
+           "check_repeats", "flow_diff", "plan_flow"]
 
 
 class Flow:
@@ -64,8 +77,54 @@ class TranscriptViolation(AssertionError):
         super().__init__(f"transcript {flow.data.get('transcript')!r} had violations:\n{lines}")
 
 
+class FlowsDiffer(AssertionError):
+    """Two runs of one transcript gave different flows: the replay was not deterministic.
+
+    `first` and `second` are the 1-based run numbers of the first differing pair; `diff` is their
+    unified diff (run `first` as the old side)."""
+
+    def __init__(self, name: str, runs: int, distinct: int, first: int, second: int, diff: str) -> None:
+        self.name, self.runs, self.distinct = name, runs, distinct
+        self.first, self.second, self.diff = first, second, diff
+        super().__init__(
+            f"transcript {name!r}: {distinct} distinct flows in {runs} runs; runs {first} and "
+            f"{second} differ:\n{diff}"
+        )
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """A transcript loaded and composed under the test profile, ready to run any number of times."""
+
+    script: Transcript
+    config: Config
+
+    @property
+    def name(self) -> str:
+        return self.script.spec.name
+
+
+def plan_flow(
+    transcript: str | Path | FlowPlan, *, overlays: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> FlowPlan:
+    """Load and compose once; raises the loader's and composer's `DshError`s (exit 2 material)."""
+    if isinstance(transcript, FlowPlan):
+        return transcript
+    from loader.config import compose  # testing sits on headless; imported when a run starts
+    from loader.transcripts import load_transcript
+
+    from loader.tools import lint_transcript
+
+    script = load_transcript(transcript)
+    lint_transcript(script)  # tool names, arguments and placeholders against the real schemas
+    composed = compose(
+        profile="test", overlays=list(overlays), transcript=script, environ=environ or {}, pytest_plugin=True
+    )
+    return FlowPlan(script=script, config=composed.config)
+
+
 async def arun_flow(
-    transcript: str | Path,
+    transcript: str | Path | FlowPlan,
     *,
     home: Path,
     overlays: Sequence[str] = (),
@@ -74,16 +133,13 @@ async def arun_flow(
 ) -> Flow:
     """Run `transcript` in `home` under the test profile, project and normalize its flow; raise
     `TranscriptViolation` on any violation and `TimeoutError` when the run outlives `timeout`."""
-    from loader.config import compose  # testing sits on headless; imported when a run starts
     from loader.headless import RunRequest, run_tree
-    from loader.transcripts import load_transcript
 
-    script = load_transcript(transcript)
-    composed = compose(
-        profile="test", overlays=list(overlays), transcript=script, environ=environ or {}, pytest_plugin=True
-    )
-    request = RunRequest(home=home, config=composed.config, transcript=script, fences_allowed=True)
+    plan = plan_flow(transcript, overlays=overlays, environ=environ)
+    script = plan.script
+    request = RunRequest(home=home, config=plan.config, transcript=script, fences_allowed=True)
     try:
+        # A loud backstop only: it fails the flow, it never orders anything inside it.
         result = await asyncio.wait_for(run_tree(request), timeout)
     except TimeoutError:
         raise TimeoutError(f"transcript {script.spec.name!r} did not finish in {timeout}s") from None
@@ -94,3 +150,41 @@ async def arun_flow(
     if result.violations:
         raise TranscriptViolation(flow, list(result.violations))
     return flow
+
+
+async def arun_flows(
+    plan: FlowPlan, repeat: int, *, timeout: float = 60, home: Path | None = None
+) -> list[Flow | TranscriptViolation]:
+    """`repeat` runs of one plan, each in a fresh home (under `home`, else a temporary directory).
+
+    A run that breaks its transcript is kept as its `TranscriptViolation` (which holds the flow),
+    so a violation that comes and goes shows up as differing flows rather than as a lucky pass."""
+    outcomes: list[Flow | TranscriptViolation] = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="dsh-flow-", dir=home) as tmp:
+            try:
+                outcomes.append(await arun_flow(plan, home=Path(tmp), timeout=timeout))
+            except TranscriptViolation as exc:
+                outcomes.append(exc)
+    return outcomes
+
+
+def flow_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    return "".join(difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=old_name, tofile=new_name
+    ))
+
+
+def check_repeats(name: str, outcomes: Sequence[Flow | TranscriptViolation]) -> Flow:
+    """The one flow all runs gave. `FlowsDiffer` names the first run that differs from run 1; when
+    all agree but broke the transcript, run 1's `TranscriptViolation` is raised."""
+    flows = [o.flow if isinstance(o, TranscriptViolation) else o for o in outcomes]
+    texts = [f.yaml for f in flows]
+    for index, text in enumerate(texts[1:], start=2):
+        if text != texts[0]:
+            diff = flow_diff(texts[0], text, f"{name} (run 1)", f"{name} (run {index})")
+            raise FlowsDiffer(name, len(texts), len(set(texts)), 1, index, diff)
+    first = outcomes[0]
+    if isinstance(first, TranscriptViolation):
+        raise first
+    return first

@@ -12,6 +12,7 @@ from loader.agent import Tool
 from loader.subagents import Catalogue, ContinuationManager
 from loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
 from loader.tools.delegation import SendMessageTool, SubagentTool
+from loader.tools.lint import TOOL_PARAMETERS, lint_transcript
 
 __all__ = [
     "InterruptAgentTool",
@@ -19,6 +20,8 @@ __all__ = [
     "ReportTool",
     "SendMessageTool",
     "SubagentTool",
+    "TOOL_PARAMETERS",
+    "lint_transcript",
     "tools_for",
 ]
 

@@ -10,7 +10,8 @@ import loader.testing
 
 def test_testing_exports_exactly_the_pinned_names() -> None:
     assert sorted(loader.testing.__all__) == sorted(
-        ["Flow", "TranscriptViolation", "arun_flow", "dump_flow", "normalize", "project"]
+        ["Flow", "FlowPlan", "FlowsDiffer", "TranscriptViolation", "arun_flow", "arun_flows", "check_repeats",
+         "dump_flow", "flow_diff", "normalize", "plan_flow", "project"]
     )
     assert all(hasattr(loader.testing, name) for name in loader.testing.__all__)
 

@@ -201,9 +201,9 @@ def test_normalized_synthetic_tree_names_sessions_in_walk_order(tmp_path: Path) 
     root, b, a = flow["sessions"]
     assert (root["id"], b["id"], a["id"]) == ("S1", "S2", "S3")
     assert root["turns"][0]["steps"][0]["tools"][0]["text"] == "Subagent S2 is now working"
-    assert [n["id"] for n in flow["notices"]] == ["M2", "M5", "M6"]
-    assert b["turns"][0]["claimedUnrun"][0]["id"] == "M3"
-    assert a["turns"][0]["steps"][0]["input"][0]["id"] == "M4"
+    assert [n["id"] for n in flow["notices"]] == ["S1.M2", "S1.M3", "S1.M4"]
+    assert b["turns"][0]["claimedUnrun"][0]["id"] == "S2.M1"
+    assert a["turns"][0]["steps"][0]["input"][0]["id"] == "S3.M1"
 
 
 def test_background_settlement_flow_pins_the_steered_notice(dsh_flow: Any) -> None:
@@ -219,11 +219,11 @@ def test_background_settlement_flow_pins_the_steered_notice(dsh_flow: Any) -> No
     assert steps[0]["tools"][0]["text"].startswith("Subagent S2 is now working in the background.")
     assert steps[1] == {"step": 2, "input": [], "output": {"text": "STARTED", "finish": "stop"}}
     (notice_input,) = steps[2]["input"]
-    assert notice_input["id"] == "M2" and notice_input["source"] == "subagent-settled"
+    assert notice_input["id"] == "S1.M2" and notice_input["source"] == "subagent-settled"
     assert notice_input["from"] == "S2" and notice_input["queue"] == "next-step"
     assert notice_input["text"].endswith("\nCHILD_RESULT")
     assert flow["notices"] == [{
-        "id": "M2", "kind": "subagent-settled", "from": "S2", "to": "S1", "stopReason": "completed",
+        "id": "S1.M2", "kind": "subagent-settled", "from": "S2", "to": "S1", "stopReason": "completed",
         "queue": "next-step", "insertedAt": {"turn": 1, "lastStep": 1}, "claimedAt": {"turn": 1, "step": 3},
     }]
     assert flow["result"] == {"stopReason": "completed", "exitCode": 0, "output": "PARENT_RECEIVED_CHILD_RESULT"}

@@ -4,6 +4,7 @@ depend on the run that produced them."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -39,10 +40,10 @@ def test_ids_inside_strings_become_placeholders() -> None:
     root, child, prompt, notice, other = _ids()
     flow = normalize(_flow(root, child, prompt, notice, other))
     step = flow["sessions"][0]["turns"][0]["steps"][0]
-    assert step["input"][0] == {"id": "M1", "queue": "next-turn", "source": "user", "text": "trace U1"}
-    assert step["tools"][0]["text"] == "Subagent S2 is now working; message M2."
+    assert step["input"][0] == {"id": "S1.M1", "queue": "next-turn", "source": "user", "text": "trace U1"}
+    assert step["tools"][0]["text"] == "Subagent S2 is now working; message S1.M2."
     assert flow["sessions"][1]["parent"] == "S1"
-    assert flow["notices"][0]["id"] == "M2" and flow["notices"][0]["from"] == "S2"
+    assert flow["notices"][0]["id"] == "S1.M2" and flow["notices"][0]["from"] == "S2"
     assert flow["result"]["output"] == "S1 done"  # the root id is replaced whole, not as session-U…
 
 
@@ -56,9 +57,10 @@ def test_message_numbers_follow_first_appearance_even_inside_text() -> None:
         "step": 1, "input": [{"id": late, "queue": "next-turn", "source": "coordinator", "text": "x"}], "output": {},
     }], "end": {"kind": "completed"}}]
     normalized = normalize(flow)
-    assert normalized["sessions"][0]["turns"][0]["steps"][0]["tools"][0]["text"] == "queued M2; then M3"
-    assert normalized["sessions"][1]["turns"][0]["steps"][0]["input"][0]["id"] == "M2"
-    assert normalized["notices"][0]["id"] == "M3"
+    # Numbered per receiving session: the child's first message is S2.M1 wherever it first appears.
+    assert normalized["sessions"][0]["turns"][0]["steps"][0]["tools"][0]["text"] == "queued S2.M1; then S1.M2"
+    assert normalized["sessions"][1]["turns"][0]["steps"][0]["input"][0]["id"] == "S2.M1"
+    assert normalized["notices"][0]["id"] == "S1.M2"
 
 
 def test_transcript_tool_call_ids_are_kept_verbatim_even_when_uuid_shaped() -> None:
@@ -103,3 +105,45 @@ def test_shared_objects_are_written_out_without_anchors() -> None:
     text = dump_flow(flow)
     assert "&" not in text and "*" not in text
     assert text.count("lastStep: 1") == 2
+
+
+# -- issue 10: snapshot diffs stay local -----------------------------------------------------------
+
+def _two_workers(tmp_path: Path, messages: list[str]) -> Path:
+    import json
+
+    sends = [{"id": f"send-{i}", "name": "send_message",
+              "arguments": {"agent_id": "{{child:start-w2}}", "message": m}} for i, m in enumerate(messages)]
+    doc = {"version": 1, "name": "two-workers", "task": "go", "agents": {
+        "root": {"replies": [
+            {"toolCalls": [{"id": "start-w1", "name": "subagent", "arguments": {"label": "w1", "prompt": "One."}},
+                           {"id": "start-w2", "name": "subagent", "arguments": {"label": "w2", "prompt": "Two."}}]},
+            {"toolCalls": sends}, {"text": "STARTED"}, {"text": "N1"}]},
+        "w1": {"spawnedBy": "start-w1", "replies": [{"text": "W1"}]},
+        "w2": {"spawnedBy": "start-w2", "replies": [{"text": "W2"}, *({"text": f"W2_{m}"} for m in messages)]},
+    }}
+    path = tmp_path / f"two-workers-{len(messages)}.yaml"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _message_ids(flow: Any, position: str) -> list[str]:
+    [session] = [s for s in flow["sessions"] if s["position"] == position]
+    return [e["id"] for t in session["turns"] for s in t["steps"] for e in s["input"]] + [
+        e["id"] for t in session["turns"] for e in t.get("claimedUnrun", [])]
+
+
+def test_one_more_message_to_one_session_renumbers_only_that_sessions_messages(dsh_flow: Any, tmp_path: Path) -> None:
+    """w2 gets a second follow-up: root's and w1's message ids are unchanged, and every message-id
+    line that changed belongs to w2 (S3)."""
+    one = dsh_flow(_two_workers(tmp_path, ["MORE"]))
+    two = dsh_flow(_two_workers(tmp_path, ["MORE", "EVEN_MORE"]))
+    for position in ("0", "0.1"):  # root, w1
+        assert _message_ids(one, position) == _message_ids(two, position)
+    assert [n["id"] for n in one["notices"]] == [n["id"] for n in two["notices"]]
+    assert sorted(_message_ids(two, "0.2")) == ["S3.M1", "S3.M2", "S3.M3"]
+    import difflib
+
+    changed = [line for line in difflib.unified_diff(one.yaml.splitlines(), two.yaml.splitlines(), lineterm="")
+               if line[:1] in "+-" and not line.startswith(("+++", "---")) and "M" in line and "id: " in line]
+    assert changed and all("S3.M" in line for line in changed), changed

@@ -97,3 +97,49 @@ def test_m113_missing_snapshot_fails_in_ci_and_a_local_update_fixes_it(
 
     monkeypatch.setenv("CI", "true")
     assert _run(pytester).ret == pytest.ExitCode.OK
+
+
+# -- issue 10: repeat ------------------------------------------------------------------------------
+
+TWO_SIBLINGS = Path(__file__).resolve().parents[1] / "replay" / "two-background-siblings.yaml"
+
+
+def test_repeat_returns_the_one_flow_all_runs_gave(dsh_flow: Any) -> None:
+    assert dsh_flow(TWO_SIBLINGS, repeat=5) == dsh_flow(TWO_SIBLINGS)
+
+
+async def test_async_repeat_returns_the_one_flow(dsh_flow: Any) -> None:
+    flow = await dsh_flow.arun("hello", repeat=3)
+    assert flow["result"]["output"] == "Hello from dsh."
+
+
+def test_repeat_raises_flows_differ_with_the_diff_when_runs_disagree(dsh_flow: Any, threaded_replay: None) -> None:
+    from loader.testing import FlowsDiffer
+
+    with pytest.raises(FlowsDiffer) as caught:
+        dsh_flow(TWO_SIBLINGS, repeat=30)
+    assert (caught.value.name, caught.value.runs, caught.value.first) == ("two-background-siblings", 30, 1)
+    assert caught.value.diff.startswith("--- two-background-siblings (run 1)\n+++ two-background-siblings (run ")
+
+
+def test_repeat_keeps_violations_failing(dsh_flow: Any, tmp_path: Path) -> None:
+    script = tmp_path / "unconsumed.yaml"
+    script.write_text(json.dumps({
+        "version": 1, "name": "unconsumed", "task": "hi",
+        "agents": {"root": {"replies": [{"text": "one"}, {"text": "never asked for"}]}},
+    }))
+    with pytest.raises(TranscriptViolation):
+        dsh_flow(script, repeat=3)
+
+
+REPEAT_TEST = '''
+def test_repeat_option(dsh_flow, tmp_path_factory):
+    dsh_flow("hello")
+    assert len(list(tmp_path_factory.getbasetemp().glob("dsh-flow[0-9]*"))) == 3
+'''
+
+
+def test_dsh_repeat_option_sets_the_default_repeat(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_repeat=REPEAT_TEST)
+    assert _run(pytester, "--dsh-repeat", "3").ret == pytest.ExitCode.OK
+    assert _run(pytester).ret == pytest.ExitCode.TESTS_FAILED  # one run, one home

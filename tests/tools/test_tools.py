@@ -196,8 +196,13 @@ async def test_list_agents_reports_each_residency_state_and_omits_one_shot_child
     assert {r["id"]: r["status"] for r in rows} == expected
     assert watch.id_of("once") not in [r["id"] for r in rows]
     assert [r["id"] for r in rows][:2] == [early, late]
+    # createdAt first; live siblings of one millisecond keep their creation order (the order the
+    # watch saw them built), never the order of their random ids.
     headers = {r["id"]: tree.store.read(r["id"]).header for r in rows}
-    assert [r["id"] for r in rows] == sorted(headers, key=lambda i: (headers[i]["createdAt"], i))
+    built = [agent.id for agent in watch.agents.values()]
+    assert [r["id"] for r in rows] == sorted(
+        headers, key=lambda i: (headers[i]["createdAt"], built.index(i) if i in built else -1, i)
+    )
     assert {r["label"] for r in rows} == {"runs", "parks", "waits", "settles", "saved"}
 
     deep = list_agents(tree.manager, tree.catalogue, root.id, "descendants")
@@ -207,6 +212,25 @@ async def test_list_agents_reports_each_residency_state_and_omits_one_shot_child
     waits_row = next(r for r in deep if r["id"] == watch.id_of("waits"))
     assert (waits_row["parent"], waits_row["depth"]) == (root.id, 1)
     assert [r["id"] for r in deep].index(watch.id_of("grand")) == [r["id"] for r in deep].index(watch.id_of("waits")) + 1
+
+
+async def test_list_agents_reads_a_live_child_from_memory_while_its_descriptor_is_still_queued(make_tree):
+    """A child created a moment ago may not have its descriptor line on disk yet (write-behind,
+    §5.4); how far the store's writer got must not change what `list_agents` shows. Here the line
+    stays queued (a 5 s batch delay, no flush), which is the slow-writer side of that race."""
+    tree, watch, root = await build(make_tree, {"root": {"replies": []}}, batch_delay_ms=5000)
+    child_id = new_child_id()
+    session = await tree.store.create(make_header(
+        child_id, parent_session=root.id, origin="subagent", delegation_depth=1,
+    ))
+    session.append("subagent/descriptor", {"version": 1, "mode": "continuable", "provider": "spawn", "label": "fresh"})
+    tree.catalogue.note_created(child_id)
+    assert b"subagent/descriptor" not in tree.store.path(child_id).read_bytes()  # still queued
+
+    rows = list_agents(tree.manager, tree.catalogue, root.id)
+
+    assert rows == [{"id": child_id, "label": "fresh", "status": "ready"}]
+    await tree.store.close(session)
 
 
 async def test_the_list_agents_tool_renders_rows_or_the_empty_text(make_tree):

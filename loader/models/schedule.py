@@ -1,0 +1,122 @@
+"""The observed settlement order of a recorded run, as fences (issue 10, item 3).
+
+A live run's interleaving is decided by the network: which child's reply came back first, whether a
+notice reached its parent during a step or while it was idle. A replay serves every reply at once,
+so without help it would follow its own default schedule. `observed_fences` reads the durable logs of
+the recorded run and writes that order down as `hold` fences (SPEC §16), so the replay claims each
+notice and report in the same turn and step, and inserts it in the same state of its recipient, as
+the live run did.
+
+For each message of kind `subagent-settled` or `subagent-report` inserted into a recipient R, the
+*window* is R's state at the insert, read from R's log: inside step (T, S) (the last `step/start`
+before the insert, or step 1 of a turn opened with no step yet), or idle after turn T. Then:
+
+- the sender X holds the pre-step that produces the message (the step of its `report` call; for a
+  notice, the last step X started before the epoch's `turn/end`) until R is in the window
+  (`stepReached {R, T, S}` or `turnEnded {R, T}`) and every earlier such message to R has been
+  inserted (`inboxAccepted` per kind), so messages to one recipient arrive in the recorded order;
+- for an in-step window, R holds that pre-step until the message is inserted, so R cannot leave
+  the window first.
+
+A notice is matched to its epoch by time: the last `turn/end` of X at or before the insert's time.
+An epoch that ended without a step (a failed pre-step checkpoint) gets no sender hold; neither does
+a message whose sender the recording does not know. Those cases are logged, not guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["observed_fences"]
+
+logger = logging.getLogger(__name__)
+
+_KINDS = ("subagent-settled", "subagent-report")
+
+
+def _counts(settled: int, reports: int, agent: str) -> list[dict[str, Any]]:
+    out = []
+    if settled:
+        out.append({"inboxAccepted": {"agent": agent, "kind": "subagent-settled", "count": settled}})
+    if reports:
+        out.append({"inboxAccepted": {"agent": agent, "kind": "subagent-report", "count": reports}})
+    return out
+
+
+def _until(conds: list[dict[str, Any]]) -> dict[str, Any]:
+    return conds[0] if len(conds) == 1 else {"all": conds}
+
+
+def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Fences reproducing the recorded insert order; `keys` maps session id -> transcript agent key."""
+    fences: list[dict[str, Any]] = []
+    reports_used: dict[str, int] = {}
+    for recipient, events in logs.items():
+        r_key = keys.get(recipient)
+        if r_key is None:
+            continue
+        turn = step = 0
+        open_turn = False
+        seen = {"subagent-settled": 0, "subagent-report": 0}
+        for event in events:
+            kind_of_event = event["type"]
+            if kind_of_event == "turn/start":
+                turn, step, open_turn = int(event["data"]["turn"]), 0, True
+            elif kind_of_event == "step/start":
+                step = int(event["data"]["step"])
+            elif kind_of_event == "turn/end":
+                open_turn = False
+            elif kind_of_event == "agent/inbox/spliced":
+                for message in event["data"].get("inserted", []):
+                    source = message.get("source", {})
+                    kind = source.get("kind")
+                    if kind not in _KINDS:
+                        continue
+                    before = (seen["subagent-settled"], seen["subagent-report"])
+                    seen[kind] += 1
+                    after = (seen["subagent-settled"], seen["subagent-report"])
+                    if open_turn:
+                        window: dict[str, Any] = {"stepReached": {"agent": r_key, "turn": turn, "step": max(step, 1)}}
+                        fences.append({"hold": {"agent": r_key, "turn": turn, "step": max(step, 1),
+                                                "until": _until(_counts(*after, r_key))}})
+                    elif turn:
+                        window = {"turnEnded": {"agent": r_key, "turn": turn}}
+                    else:
+                        window = {}
+                    sender = source.get("senderSessionId")
+                    where = _sender_step(logs.get(sender, []), kind, int(event.get("time", 0)),
+                                         reports_used, sender)
+                    s_key = keys.get(sender) if isinstance(sender, str) else None
+                    if where is None or s_key is None:
+                        logger.info("recorder: no sender hold for a %s from %s to %s", kind, sender, recipient)
+                        continue
+                    conds = ([window] if window else []) + _counts(*before, r_key)
+                    if conds:
+                        fences.append({"hold": {"agent": s_key, "turn": where[0], "step": where[1],
+                                                "until": _until(conds)}})
+    return fences
+
+
+def _sender_step(events: list[dict[str, Any]], kind: str, at: int, reports_used: dict[str, int],
+                 sender: Any) -> tuple[int, int] | None:
+    """The (turn, step) of the sender's pre-step that produced this message."""
+    if not isinstance(sender, str):
+        return None
+    if kind == "subagent-report":
+        calls = [(int(e["data"]["turn"]), int(e["data"]["step"])) for e in events
+                 if e["type"] == "tool/call" and e["data"].get("name") == "report"]
+        k = reports_used.get(sender, 0)
+        reports_used[sender] = k + 1
+        return calls[k] if k < len(calls) else None
+    last_step: tuple[int, int] | None = None
+    found: tuple[int, int] | None = None
+    for e in events:
+        if e["type"] == "step/start":
+            last_step = (int(e["data"]["turn"]), int(e["data"]["step"]))
+        elif e["type"] == "turn/start":
+            last_step = None
+        elif e["type"] == "turn/end" and int(e.get("time", 0)) <= at:
+            found = last_step
+    return found
