@@ -127,11 +127,11 @@ def _build_provider(request: RunRequest) -> ModelProvider:
     return Recorder(live) if request.record is not None else live
 
 
-def _write_recording(request: RunRequest, provider: ModelProvider, task: str) -> None:
+def _write_recording(request: RunRequest, provider: ModelProvider, task: str | None) -> None:
     from loader.models import Recorder
     from loader.models.recorder import secrets_from_env
 
-    if request.record is None or not isinstance(provider, Recorder):
+    if request.record is None or not isinstance(provider, Recorder) or task is None:
         return
     secrets = secrets_from_env(os.environ)
     key = os.environ.get(request.config.model.api_key_env)
@@ -147,8 +147,10 @@ async def run_tree(request: RunRequest) -> RunResult:
     """Run one tree to quiescence (§17.1): the one entry point the CLI and tests share."""
     config = request.config
     script = request.transcript
-    task = request.task if request.task is not None else (script.task if script is not None else None)
-    if task is None:
+    task = request.task
+    if task is None and script is not None and request.resume is None:
+        task = script.task  # a resumed run finishes its tree; the transcript's task was sent already
+    if task is None and request.resume is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
     if script is not None and script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
@@ -182,8 +184,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider,
                         timeout=config.testing.fence_timeout_seconds)
         fences.install()
-    root = await tree.create_root(resume=request.resume)
-    boundary = len(root.session.events)
+    root = await tree.create_root(resume=request.resume, continue_cut_off=task is None)
+    boundary = tree.resumed_at.get(root.id, len(root.session.events))
     state = _RunState()
     server = None
     if request.serve_control:
@@ -199,7 +201,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         sinks.on_started(root.id)
     timed_out = interrupted = False
     try:
-        root.followup(user_message(task, {"kind": "user"}))
+        if task is not None:
+            root.followup(user_message(task, {"kind": "user"}))
         outcome_wait = asyncio.ensure_future(
             tree.wait_quiet(root, release_parked=config.run.parked == "release",
                             on_stall=lambda ids: _warn(sinks, render("T-CLI-STALLED", ids=", ".join(ids))),

@@ -15,10 +15,24 @@ from pathlib import Path
 from typing import Literal
 
 from loader.agent import Agent, AgentOptions, AgentRegistry, Idle
+from loader.errors import ConfigError, SessionError
 from loader.ids import new_root_id
 from loader.models import ModelProvider
 from loader.session import Session, SessionStore, make_header
-from loader.subagents import Catalogue, ContinuationManager, ManagerConfig, drain, drain_descendants, state_of
+from loader.subagents import (
+    Catalogue,
+    ContinuationManager,
+    ManagerConfig,
+    continuation_message,
+    drain,
+    drain_descendants,
+    plan_recovery,
+    recover,
+    scan_tree,
+    state_of,
+    turn_cut_off,
+)
+from loader.texts import render
 from loader.tools import tools_for
 
 __all__ = ["Quiescence", "Tree", "quiescence"]
@@ -58,6 +72,7 @@ class Tree:
         )
         self.agent_hooks: list[Callable[[Agent], None]] = []
         self.roots: list[Agent] = []
+        self.resumed_at: dict[str, int] = {}
 
     def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
         agent = self.agent_class(
@@ -72,20 +87,73 @@ class Tree:
             hook(agent)
         return agent
 
-    async def create_root(self, root_id: str | None = None, *, resume: str | None = None) -> Agent:
-        """A new root, or with `resume` an existing root session loaded with repair (§5.6)."""
-        root_id = resume or root_id or new_root_id()
+    async def create_root(
+        self, root_id: str | None = None, *, resume: str | None = None, continue_cut_off: bool = True
+    ) -> Agent:
+        """A new root, or with `resume` an existing root whose tree is finished (issue 9 item 3).
+
+        Resume: refuse a child session (it names its root, exit 2); load the root with repair (§5.6);
+        bind every session of the tree to its transcript script at the cursor its log shows; make
+        every descendant that owes work resident under its parent (recovery.py); then wake the root
+        for restored pending work or, with `continue_cut_off`, continue a turn the crash cut off.
+        `resumed_at[root.id]` is the length of the root's log before anything of this run.
+        """
+        if resume is not None:
+            return await self._resume_root(resume, continue_cut_off=continue_cut_off)
+        root_id = root_id or new_root_id()
         bind_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
         if bind_root is not None:
             bind_root(root_id)
-        if resume is not None:
-            session = await self.store.load(resume)
-        else:
-            session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
+        session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
         root = self.make_agent(session, "root")
         self.registry.register(root)
         self.roots.append(root)
         return root
+
+    async def _resume_root(self, root_id: str, *, continue_cut_off: bool) -> Agent:
+        # Read-only first: a refused resume locks, truncates and repairs nothing.
+        found = await asyncio.to_thread(self.store.read, root_id)
+        if found.header.get("parentSession"):
+            top = await asyncio.to_thread(self._root_of, root_id)
+            raise ConfigError(render("T-ERR-RESUME-CHILD", id=root_id, root=top), code="RESUME_NOT_ROOT")
+        session = await self.store.load(root_id)
+        try:
+            tree = await asyncio.to_thread(scan_tree, self.store, self.catalogue, root_id)
+        except BaseException:
+            await self.store.close(session)
+            raise
+        resume_session = getattr(self.provider, "resume_session", None)
+        if resume_session is not None:
+            resume_session(root_id, None, session.events)
+            for f in sorted(tree, key=lambda f: (f.header.get("createdAt", 0), f.id)):
+                if f.descriptor is not None:
+                    resume_session(f.id, f.descriptor, f.events)
+        else:
+            note_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
+            if note_root is not None:
+                note_root(root_id)
+        root = self.make_agent(session, "root")
+        self.registry.register(root)
+        self.roots.append(root)
+        self.resumed_at[root.id] = len(session.events)
+        await recover(self.manager, root, plan_recovery(root.id, root.session.events, tree))
+        if not root.resume_pending() and continue_cut_off and turn_cut_off(root.session.events):
+            root.followup(continuation_message())
+        return root
+
+    def _root_of(self, session_id: str) -> str:
+        """Walk `parentSession` up to the root (blocking; the walk stops at a cycle or a gap)."""
+        seen = {session_id}
+        current = session_id
+        while True:
+            try:
+                parent = self.store.read(current).header.get("parentSession")
+            except SessionError:
+                return current
+            if not isinstance(parent, str) or parent in seen:
+                return current
+            seen.add(parent)
+            current = parent
 
     def quiescence(self, root: Agent) -> Quiescence:
         return quiescence(self.manager, root)
@@ -135,6 +203,9 @@ class Tree:
             await drain(self.manager)
         except Exception:
             logger.warning("draining the manager failed", exc_info=True)
+        # Durable notice writes into parents that are not live (notice.py) finish before we exit.
+        while self.manager.offline_deliveries:
+            await asyncio.gather(*list(self.manager.offline_deliveries), return_exceptions=True)
         await self.provider.aclose()
 
     async def close_sessions(self) -> None:

@@ -73,9 +73,20 @@ class Inbox:
         return True
 
     def clear(self) -> None:
+        """Discard pending work, except settlement notices (issue 9 item 4): a notice is the only
+        record that a child's epoch ended, so a cancel or a disposal leaves it pending in the log for
+        the agent's next residency instead of dropping it unread."""
         for target in ("next-step", "next-turn"):
-            if self.lists[target]:
-                self._discard(target, 0, len(self.lists[target]))  # type: ignore[arg-type]
+            items = self.lists[target]
+            index = 0
+            while index < len(items):
+                if _is_notice(items[index]):
+                    index += 1
+                    continue
+                end = index
+                while end < len(items) and not _is_notice(items[end]):
+                    end += 1
+                self._discard(target, index, end - index)  # type: ignore[arg-type]
 
     def claim(self, target: Target, turn: int) -> list[Message]:
         """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
@@ -129,3 +140,8 @@ class Inbox:
             ):
                 raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
             items[start : start + removed] = inserted
+
+
+def _is_notice(message: Message) -> bool:
+    source = message.get("source")
+    return isinstance(source, dict) and source.get("kind") == "subagent-settled"
