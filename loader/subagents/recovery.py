@@ -121,14 +121,26 @@ def scan_tree(store: SessionStore, catalogue: Catalogue, root_id: str) -> list[F
 
 
 def turn_cut_off(events: list[Event]) -> bool:
-    """The last turn was cut off by a crash: still open in the file, or closed `interrupted` by repair
-    (only crash repair writes that reason, §5.6)."""
+    """The last turn was cut off by a crash (still open in the file, or closed `interrupted` by
+    repair, which only crash repair writes, §5.6) before the model gave its final answer: the turn
+    has no assistant message yet, or its last one asked for tools. A turn whose final answer is in
+    the log lost only its `turn/end`; continuing it would ask the model a question it answered."""
+    last_answer: dict[str, Any] | None = None
     for event in reversed(events):
-        if event["type"] == "turn/start":
-            return True
-        if event["type"] == "turn/end":
-            return (event["data"].get("reason") or {}).get("kind") == "interrupted"
-    return False
+        kind = event["type"]
+        if kind == "assistant/message" and last_answer is None:
+            last_answer = event["data"]
+        elif kind == "turn/end":
+            if (event["data"].get("reason") or {}).get("kind") != "interrupted":
+                return False
+        elif kind == "turn/start":
+            break
+    else:
+        return False
+    if last_answer is None:
+        return True
+    content = (last_answer.get("message") or {}).get("content") or []
+    return last_answer.get("finish") == "tool-calls" and any(b.get("type") == "tool-call" for b in content)
 
 
 def _pending(f: FoundSession) -> bool:
