@@ -22,7 +22,8 @@ from loader.fences import Fences
 from loader.models import ModelProvider, ReplayProvider
 from loader.subagents import ManagerConfig
 from loader.texts import render
-from loader.tree import Quiescence, Tree, quiescence
+from loader.session import SessionStore
+from loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
 from loader.transcripts import Transcript
 
 __all__ = [
@@ -154,6 +155,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
     if script is not None and script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
+    if request.resume is not None:  # before the provider: a refused resume needs no key
+        await asyncio.to_thread(refuse_child_resume, SessionStore(request.home), request.resume)
     provider = _build_provider(request)
     options = AgentOptions(
         model=config.model.model if script is None else "replay",

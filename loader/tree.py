@@ -35,7 +35,7 @@ from loader.subagents import (
 from loader.texts import render
 from loader.tools import tools_for
 
-__all__ = ["Quiescence", "Tree", "quiescence"]
+__all__ = ["Quiescence", "Tree", "quiescence", "refuse_child_resume"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +112,7 @@ class Tree:
 
     async def _resume_root(self, root_id: str, *, continue_cut_off: bool) -> Agent:
         # Read-only first: a refused resume locks, truncates and repairs nothing.
-        found = await asyncio.to_thread(self.store.read, root_id)
-        if found.header.get("parentSession"):
-            top = await asyncio.to_thread(self._root_of, root_id)
-            raise ConfigError(render("T-ERR-RESUME-CHILD", id=root_id, root=top), code="RESUME_NOT_ROOT")
+        await asyncio.to_thread(refuse_child_resume, self.store, root_id)
         session = await self.store.load(root_id)
         try:
             tree = await asyncio.to_thread(scan_tree, self.store, self.catalogue, root_id)
@@ -140,20 +137,6 @@ class Tree:
         if not root.resume_pending() and continue_cut_off and turn_cut_off(root.session.events):
             root.followup(continuation_message())
         return root
-
-    def _root_of(self, session_id: str) -> str:
-        """Walk `parentSession` up to the root (blocking; the walk stops at a cycle or a gap)."""
-        seen = {session_id}
-        current = session_id
-        while True:
-            try:
-                parent = self.store.read(current).header.get("parentSession")
-            except SessionError:
-                return current
-            if not isinstance(parent, str) or parent in seen:
-                return current
-            seen.add(parent)
-            current = parent
 
     def quiescence(self, root: Agent) -> Quiescence:
         return quiescence(self.manager, root)
@@ -215,6 +198,31 @@ class Tree:
                 await self.store.close(agent.session)
             except Exception:
                 logger.warning("closing %s failed", agent.id, exc_info=True)
+
+
+def refuse_child_resume(store: SessionStore, session_id: str) -> None:
+    """`--resume` takes a root (issue 9 item 5): a child's turns belong to its parent's tree, so a
+    child is refused with RESUME_NOT_ROOT (usage, exit 2) naming the root to resume. Blocking, and
+    read-only; a session that does not read is left to the load to report."""
+    try:
+        header = store.read(session_id).header
+    except SessionError:
+        return
+    if not header.get("parentSession"):
+        return
+    seen = {session_id}
+    current = session_id
+    while True:  # walk parentSession up to the root; stop at a cycle or a gap
+        parent = header.get("parentSession")
+        if not isinstance(parent, str) or parent in seen:
+            break
+        seen.add(parent)
+        current = parent
+        try:
+            header = store.read(current).header
+        except SessionError:
+            break
+    raise ConfigError(render("T-ERR-RESUME-CHILD", id=session_id, root=current), code="RESUME_NOT_ROOT")
 
 
 def quiescence(manager: ContinuationManager, root: Agent) -> Quiescence:

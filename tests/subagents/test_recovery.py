@@ -203,3 +203,86 @@ async def test_pending_work_in_a_child_is_run_before_its_notice(make_tree, home:
     assert epoch_markers(child_events) == [1, 2]
     assert entered_ids(child_events).count("p2") == 1
     assert [m["id"] for m in notices_in(events_of(home, ROOT), CHILD)] == [notice_id(CHILD, 1), notice_id(CHILD, 2)]
+
+
+# -- issue 9 item 4: notices are never lost to an offline or closing parent ------------------------
+
+
+def _root_and_child_scripts() -> dict[str, Any]:
+    return {
+        "root": {"replies": [{"toolCalls": [SPAWN]}, {"text": "STARTED"}, {"text": "NOTED"}]},
+        "w": {"spawnedBy": "c1", "replies": [{"text": "W_DONE"}]},
+    }
+
+
+async def _started(make_tree: Any) -> tuple[Any, Any, Any]:
+    """A tree whose root spawned `w` (held at its first step) and finished turn 1 with STARTED."""
+    from loader.agent import user_message
+
+    from ._manager_kit import hold
+
+    tree = await make_tree(_root_and_child_scripts())
+    gate = hold(tree, "w")
+    root = await tree.create_root()
+    root.followup(user_message("go", {"kind": "user"}))
+    await within(gate.reached.wait())
+    await within(root.when_idle())
+    return tree, root, gate
+
+
+async def test_a_notice_to_a_parent_that_is_not_live_is_kept_in_its_session_and_delivered_once(
+    make_tree, home: Path
+) -> None:
+    """The root leaves while its child works; the child's notice is written into the root's own file
+    (an insert splice, pending), and the root's next residency enters it once, before new input."""
+    import asyncio
+
+    tree, root, gate = await _started(make_tree)
+    child_id = tree.provider.inner.session_of("w")
+    ended = asyncio.Event()
+    tree.manager.events.on("subagent/end", lambda _e: ended.set())
+    await within(root.dispose())
+    gate.release()
+    await within(ended.wait())
+    await within(asyncio.gather(*tree.manager.offline_deliveries))
+
+    kept = events_of(home, root.id)
+    assert [m["id"] for m in notices_in(kept, child_id)] == [notice_id(child_id, 1)]
+    assert notice_id(child_id, 1) not in entered_ids(kept)
+
+    again = await make_tree(_root_and_child_scripts())
+    resumed = await again.create_root(resume=root.id)
+    await within(again.wait_quiet(resumed))
+    await again.shutdown(resumed)
+    final = events_of(home, root.id)
+    assert [m["id"] for m in notices_in(final, child_id)] == [notice_id(child_id, 1)]
+    assert entered_ids(final).count(notice_id(child_id, 1)) == 1
+    assert [r.session_id for r in again.provider.requests] == [root.id]
+
+
+async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next_residency(
+    make_tree, home: Path
+) -> None:
+    """A drain injects the child's `aborted` notice into the closing root, which starts no turn for
+    it; the root's disposal no longer cancels it, so the next residency enters it exactly once."""
+    from loader.subagents import drain_descendants
+
+    tree, root, _gate = await _started(make_tree)
+    child_id = tree.provider.inner.session_of("w")
+    turns_before = sum(e["type"] == "turn/start" for e in root.session.events)
+    await within(drain_descendants(tree.manager, [root]))
+    await within(root.dispose())
+
+    kept = events_of(home, root.id)
+    got = notices_in(kept, child_id)
+    assert [(m["id"], m["source"]["stopReason"]) for m in got] == [(notice_id(child_id, 1), "aborted")]
+    assert sum(e["type"] == "turn/start" for e in kept) == turns_before  # no model turn while closing
+    assert not any(e["type"] == "agent/inbox/spliced" and e["data"].get("outcome") == "canceled" for e in kept)
+
+    again = await make_tree(_root_and_child_scripts())
+    resumed = await again.create_root(resume=root.id)
+    await within(again.wait_quiet(resumed))
+    await again.shutdown(resumed)
+    final = events_of(home, root.id)
+    assert entered_ids(final).count(notice_id(child_id, 1)) == 1
+    assert len(notices_in(final, child_id)) == 1
