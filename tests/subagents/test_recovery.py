@@ -286,3 +286,22 @@ async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next
     final = events_of(home, root.id)
     assert entered_ids(final).count(notice_id(child_id, 1)) == 1
     assert len(notices_in(final, child_id)) == 1
+
+
+async def test_a_live_parent_whose_log_holds_the_notice_id_never_gets_it_twice(make_tree, home: Path) -> None:
+    """The last guard of "never insert it twice": `deliver_live` checks the parent's whole log, not
+    only its pending queue, so a notice already claimed and answered is not inserted again."""
+    from loader.subagents import settlement_message
+    from loader.subagents.notice import deliver_live
+
+    tree = await make_tree({"root": {"replies": [{"text": "NOTED"}]}})
+    root = await tree.create_root()
+    message = settlement_message(CHILD, "completed", None, epoch=1)
+    deliver_live(tree.manager, root, message)
+    await within(root.when_idle())
+    assert entered_ids(root.session.events) == [message["id"]]  # claimed and answered: no longer pending
+
+    deliver_live(tree.manager, root, dict(message))
+
+    assert [m["id"] for m in notices_in(root.session.events, CHILD)] == [message["id"]]
+    assert root.status == "idle"
