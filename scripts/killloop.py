@@ -116,9 +116,17 @@ def trial(seed: int, records: int, workdir: Path, *, moment: int | None = None, 
         if root is None:
             t.outcome = "no-root"
             return t
-        resume = subprocess.run(
-            [*_run_args(home), "--resume", root], env=_env(), capture_output=True, timeout=EXIT_BACKSTOP
-        )
+        try:
+            resume = subprocess.run(
+                [*_run_args(home), "--resume", root], env=_env(), capture_output=True, timeout=EXIT_BACKSTOP
+            )
+        except subprocess.TimeoutExpired:  # run() has killed it; keep the home for a post-mortem
+            t.anomalies["resume_failed"] += 1
+            keep = True
+            kept = Path(tempfile.gettempdir()) / f"killloop-hung-{seed}"
+            shutil.copytree(home, kept, dirs_exist_ok=True)
+            t.notes.append(f"resume did not exit within {EXIT_BACKSTOP:g}s; home kept at {kept}")
+            return t
         check_resume(t, resume.returncode, resume.stderr.decode(errors="replace"))
         check_logs(t, home, root)
     finally:
