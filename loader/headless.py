@@ -189,6 +189,10 @@ async def run_tree(request: RunRequest) -> RunResult:
         fences.install()
     root = await tree.create_root(resume=request.resume, continue_cut_off=task is None)
     boundary = tree.resumed_at.get(root.id, len(root.session.events))
+    if task is None and script is not None and not _accepted_input(root.session.events):
+        # The run that created this root was cut off before its task was durable: nothing of it
+        # was accepted, so the resumed run sends the transcript's task as the first run would have.
+        task = script.task
     state = _RunState()
     server = None
     if request.serve_control:
@@ -269,6 +273,10 @@ async def run_tree(request: RunRequest) -> RunResult:
         interrupted=interrupted,
         released=sorted(children.released),
     )
+
+
+def _accepted_input(events: list[dict[str, Any]]) -> bool:
+    return any(e["type"] == "agent/inbox/spliced" and e["data"].get("inserted") for e in events)
 
 
 def _seconds(value: float | None) -> str:

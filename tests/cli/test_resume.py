@@ -54,3 +54,18 @@ def test_resume_with_a_transcript_finishes_the_tree_keylessly(dsh, home: Path, t
     root_events = events_of(home, ROOT)
     assert entered_ids(root_events).count(notice_id(CHILD, 1)) == 1
     assert "task" in entered_ids(root_events) and entered_ids(root_events).count("task") == 1  # task not re-sent
+
+
+def test_resume_of_a_root_killed_before_its_task_was_durable_sends_the_transcripts_task(
+    dsh, home: Path, tmp_path: Path
+) -> None:
+    """A kill right after the root's header: nothing was accepted, so the resumed transcript run
+    sends the transcript's task (once) and finishes as the first run would have."""
+    write(home, ROOT, Log())
+    script = transcript(tmp_path, "resume-hello", {"root": {"replies": [{"text": "HELLO"}]}}, task="say hello")
+
+    result = dsh("run", "--resume", ROOT, "--transcript", str(script), "--home", str(home), env=clean_env())
+
+    assert (result.exit_code, result.stdout) == (0, "HELLO\n"), result.stderr
+    tasks = [e["data"]["content"][0]["text"] for e in events_of(home, ROOT) if e["type"] == "user/message"]
+    assert tasks == ["say hello"]
