@@ -27,7 +27,7 @@ def run(
     home: Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
     record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Continue this root session with TASK.")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree after a stop or crash, then run TASK if given.")] = None,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -39,12 +39,12 @@ def run(
     from loader.texts import TEXTS
     from loader.transcripts import load_transcript
 
-    if task is None and transcript is None:
+    if task is None and transcript is None and resume is None:
         fail("give a TASK or --transcript NAME", 2)
     if record is not None and transcript is not None:
         fail("--record records a live run; it cannot be combined with --transcript", 2)
-    if resume is not None and task is None:
-        fail("--resume needs the TASK to continue with", 2)
+    if record is not None and resume is not None and task is None:
+        fail("--record with --resume needs the TASK to record", 2)
     try:
         script = load_transcript(transcript) if transcript is not None else None
         if script is not None:

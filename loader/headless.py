@@ -22,7 +22,8 @@ from loader.fences import Fences
 from loader.models import ModelProvider, ReplayProvider
 from loader.subagents import ManagerConfig
 from loader.texts import render
-from loader.tree import Quiescence, Tree, quiescence
+from loader.session import SessionStore
+from loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
 from loader.transcripts import Transcript
 
 __all__ = [
@@ -127,11 +128,11 @@ def _build_provider(request: RunRequest) -> ModelProvider:
     return Recorder(live) if request.record is not None else live
 
 
-def _write_recording(request: RunRequest, provider: ModelProvider, task: str, tree: Tree) -> None:
+def _write_recording(request: RunRequest, provider: ModelProvider, task: str | None, tree: Tree) -> None:
     from loader.models import Recorder
     from loader.models.recorder import secrets_from_env
 
-    if request.record is None or not isinstance(provider, Recorder):
+    if request.record is None or not isinstance(provider, Recorder) or task is None:
         return
     logs = {}  # the observed settlement order becomes fences (issue 10): read the durable logs
     for session_id in provider.agent_keys():
@@ -153,11 +154,15 @@ async def run_tree(request: RunRequest) -> RunResult:
     """Run one tree to quiescence (§17.1): the one entry point the CLI and tests share."""
     config = request.config
     script = request.transcript
-    task = request.task if request.task is not None else (script.task if script is not None else None)
-    if task is None:
+    task = request.task
+    if task is None and script is not None and request.resume is None:
+        task = script.task  # a resumed run finishes its tree; the transcript's task was sent already
+    if task is None and request.resume is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
     if script is not None and script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
+    if request.resume is not None:  # before the provider: a refused resume needs no key
+        await asyncio.to_thread(refuse_child_resume, SessionStore(request.home), request.resume)
     provider = _build_provider(request)
     options = AgentOptions(
         model=config.model.model if script is None else "replay",
@@ -190,8 +195,12 @@ async def run_tree(request: RunRequest) -> RunResult:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider,
                         timeout=config.testing.fence_timeout_seconds)
         fences.install()
-    root = await tree.create_root(resume=request.resume)
-    boundary = len(root.session.events)
+    root = await tree.create_root(resume=request.resume, continue_cut_off=task is None)
+    boundary = tree.resumed_at.get(root.id, len(root.session.events))
+    if task is None and script is not None and not _accepted_input(root.session.events):
+        # The run that created this root was cut off before its task was durable: nothing of it
+        # was accepted, so the resumed run sends the transcript's task as the first run would have.
+        task = script.task
     state = _RunState()
     server = None
     if request.serve_control:
@@ -207,7 +216,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         sinks.on_started(root.id)
     timed_out = interrupted = False
     try:
-        root.followup(user_message(task, {"kind": "user"}))
+        if task is not None:
+            root.followup(user_message(task, {"kind": "user"}))
         outcome_wait = asyncio.ensure_future(
             tree.wait_quiet(root, release_parked=config.run.parked == "release",
                             on_stall=lambda ids: _warn(sinks, render("T-CLI-STALLED", ids=", ".join(ids))),
@@ -271,6 +281,10 @@ async def run_tree(request: RunRequest) -> RunResult:
         interrupted=interrupted,
         released=sorted(children.released),
     )
+
+
+def _accepted_input(events: list[dict[str, Any]]) -> bool:
+    return any(e["type"] == "agent/inbox/spliced" and e["data"].get("inserted") for e in events)
 
 
 def _seconds(value: float | None) -> str:

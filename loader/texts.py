@@ -96,6 +96,19 @@ TEXTS: dict[str, str] = {
     ),
     "T-LOG-TEARDOWN-FAILED": "releasing subagent {id} failed: {detail}",
     "T-LOG-FLUSH-FAILED": "final save of {id} failed; a later resume may see older state: {detail}",
+    # issue 9: crash-proof trees (§26 item 3)
+    "T-LOG-NOTICE-KEPT": (
+        "could not write a settlement notice into {id} now ({detail}); the next resume of its tree "
+        "delivers it"
+    ),
+    "T-RESUME-CONTINUE": (
+        "The run stopped unexpectedly during your last turn and has been restarted. Continue your "
+        "task from where this conversation leaves off."
+    ),
+    "T-ERR-RESUME-CHILD": (
+        "session {id} is a subagent of the tree rooted at {root}; resume the tree with "
+        "'dsh run --resume {root}'"
+    ),
     # §19 CLI texts
     "T-CLI-INTERRUPTED": (
         "interrupt accepted for {child}; its current turn will stop and its queued messages are kept"

@@ -15,13 +15,27 @@ from pathlib import Path
 from typing import Literal
 
 from loader.agent import Agent, AgentOptions, AgentRegistry, Idle
+from loader.errors import ConfigError, SessionError
 from loader.ids import new_root_id
 from loader.models import ModelProvider
 from loader.session import Session, SessionStore, make_header
-from loader.subagents import Catalogue, ContinuationManager, ManagerConfig, drain, drain_descendants, state_of
+from loader.subagents import (
+    Catalogue,
+    ContinuationManager,
+    ManagerConfig,
+    continuation_message,
+    drain,
+    drain_descendants,
+    plan_recovery,
+    recover,
+    scan_tree,
+    state_of,
+    turn_cut_off,
+)
+from loader.texts import render
 from loader.tools import tools_for
 
-__all__ = ["Quiescence", "Tree", "quiescence"]
+__all__ = ["Quiescence", "Tree", "quiescence", "refuse_child_resume"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +75,7 @@ class Tree:
         )
         self.agent_hooks: list[Callable[[Agent], None]] = []
         self.roots: list[Agent] = []
+        self.resumed_at: dict[str, int] = {}
 
     def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
         self.catalogue.note_created(session.id)
@@ -76,19 +91,55 @@ class Tree:
             hook(agent)
         return agent
 
-    async def create_root(self, root_id: str | None = None, *, resume: str | None = None) -> Agent:
-        """A new root, or with `resume` an existing root session loaded with repair (§5.6)."""
-        root_id = resume or root_id or new_root_id()
+    async def create_root(
+        self, root_id: str | None = None, *, resume: str | None = None, continue_cut_off: bool = True
+    ) -> Agent:
+        """A new root, or with `resume` an existing root whose tree is finished (issue 9 item 3).
+
+        Resume: refuse a child session (it names its root, exit 2); load the root with repair (§5.6);
+        bind every session of the tree to its transcript script at the cursor its log shows; make
+        every descendant that owes work resident under its parent (recovery.py); then wake the root
+        for restored pending work or, with `continue_cut_off`, continue a turn the crash cut off.
+        `resumed_at[root.id]` is the length of the root's log before anything of this run.
+        """
+        if resume is not None:
+            return await self._resume_root(resume, continue_cut_off=continue_cut_off)
+        root_id = root_id or new_root_id()
         bind_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
         if bind_root is not None:
             bind_root(root_id)
-        if resume is not None:
-            session = await self.store.load(resume)
-        else:
-            session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
+        session = await self.store.create(make_header(root_id, cwd=os.getcwd()))
         root = self.make_agent(session, "root")
         self.registry.register(root)
         self.roots.append(root)
+        return root
+
+    async def _resume_root(self, root_id: str, *, continue_cut_off: bool) -> Agent:
+        # Read-only first: a refused resume locks, truncates and repairs nothing.
+        await asyncio.to_thread(refuse_child_resume, self.store, root_id)
+        session = await self.store.load(root_id)
+        try:
+            tree = await asyncio.to_thread(scan_tree, self.store, self.catalogue, root_id)
+        except BaseException:
+            await self.store.close(session)
+            raise
+        resume_session = getattr(self.provider, "resume_session", None)
+        if resume_session is not None:
+            resume_session(root_id, None, session.events)
+            for f in sorted(tree, key=lambda f: (f.header.get("createdAt", 0), f.id)):
+                if f.descriptor is not None:
+                    resume_session(f.id, f.descriptor, f.events)
+        else:
+            note_root = getattr(self.provider, "bind_root", None) or getattr(self.provider, "note_root", None)
+            if note_root is not None:
+                note_root(root_id)
+        root = self.make_agent(session, "root")
+        self.registry.register(root)
+        self.roots.append(root)
+        self.resumed_at[root.id] = len(session.events)
+        await recover(self.manager, root, plan_recovery(root.id, root.session.events, tree))
+        if not root.resume_pending() and continue_cut_off and turn_cut_off(root.session.events):
+            root.followup(continuation_message())
         return root
 
     def quiescence(self, root: Agent) -> Quiescence:
@@ -139,6 +190,9 @@ class Tree:
             await drain(self.manager)
         except Exception:
             logger.warning("draining the manager failed", exc_info=True)
+        # Durable notice writes into parents that are not live (notice.py) finish before we exit.
+        while self.manager.offline_deliveries:
+            await asyncio.gather(*list(self.manager.offline_deliveries), return_exceptions=True)
         await self.provider.aclose()
 
     async def close_sessions(self) -> None:
@@ -148,6 +202,31 @@ class Tree:
                 await self.store.close(agent.session)
             except Exception:
                 logger.warning("closing %s failed", agent.id, exc_info=True)
+
+
+def refuse_child_resume(store: SessionStore, session_id: str) -> None:
+    """`--resume` takes a root (issue 9 item 5): a child's turns belong to its parent's tree, so a
+    child is refused with RESUME_NOT_ROOT (usage, exit 2) naming the root to resume. Blocking, and
+    read-only; a session that does not read is left to the load to report."""
+    try:
+        header = store.read(session_id).header
+    except SessionError:
+        return
+    if not header.get("parentSession"):
+        return
+    seen = {session_id}
+    current = session_id
+    while True:  # walk parentSession up to the root; stop at a cycle or a gap
+        parent = header.get("parentSession")
+        if not isinstance(parent, str) or parent in seen:
+            break
+        seen.add(parent)
+        current = parent
+        try:
+            header = store.read(current).header
+        except SessionError:
+            break
+    raise ConfigError(render("T-ERR-RESUME-CHILD", id=session_id, root=current), code="RESUME_NOT_ROOT")
 
 
 def quiescence(manager: ContinuationManager, root: Agent) -> Quiescence:

@@ -58,6 +58,9 @@ class CountingProvider:
     def bind_child(self, session_id: str, descriptor: dict[str, Any]) -> None:
         self.inner.bind_child(session_id, descriptor)
 
+    def resume_session(self, session_id: str, descriptor: dict[str, Any] | None, events: list[Any]) -> None:
+        self.inner.resume_session(session_id, descriptor, events)
+
     def add_hang_listener(self, fn: Any) -> Any:
         return self.inner.add_hang_listener(fn)
 

@@ -19,6 +19,9 @@ SURFACES = {
         "UserAuthority", "dispose", "drain", "drain_children", "drain_descendants", "interrupt",
         "list_agents", "notify_settlement", "render_settlement_notice", "report_from", "run_one_shot",
         "settlement_message", "state_of", "status_of",
+        # issue 9: durable epochs, notice ids and the resume pass
+        "EPOCH_EVENT", "continuation_message", "holds_message", "notice_id", "plan_recovery", "recover",
+        "scan_tree", "turn_cut_off",
     ],
     "loader.tools": [
         "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "TOOL_PARAMETERS",

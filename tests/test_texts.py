@@ -171,7 +171,21 @@ SPEC_CLI = {
     "T-CLI-PRUNE-NEEDS-KIND": "prune needs --unmaterialized, the only kind of session it removes",
 }
 
-SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI}
+# issue 9 (§26 item 3): crash-proof trees
+SPEC_CRASH = {
+    "T-LOG-NOTICE-KEPT": (
+        "could not write a settlement notice into {id} now ({detail}); the next resume of its tree delivers it"
+    ),
+    "T-RESUME-CONTINUE": (
+        "The run stopped unexpectedly during your last turn and has been restarted. Continue your task from "
+        "where this conversation leaves off."
+    ),
+    "T-ERR-RESUME-CHILD": (
+        "session {id} is a subagent of the tree rooted at {root}; resume the tree with 'dsh run --resume {root}'"
+    ),
+}
+
+SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH}
 
 
 @pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))

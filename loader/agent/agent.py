@@ -166,6 +166,14 @@ class Agent:
         # --- S1 end ---
         self._driver = asyncio.create_task(drive(self, opened), name=f"driver:{self.id}")
 
+    def resume_pending(self) -> bool:
+        """Wake the driver for work a log rebuild restored into the inbox (a resumed session: no
+        send woke it). Returns whether a turn was started or latched."""
+        if not self.inbox.has_pending or self._disposal is not None:
+            return False
+        self._wake_driver()
+        return True
+
     # -- cancel (§6.4, span S2) -----------------------------------------------------------
     def cancel(self, cause: CancelCause, *, keep_inbox: bool = False) -> None:
         # Sync span S2: clear inbox → drop latch → abort, so a reentrant send from a discard

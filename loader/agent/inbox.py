@@ -89,9 +89,20 @@ class Inbox:
         return True
 
     def clear(self) -> None:
+        """Discard pending work, except settlement notices (issue 9 item 4): a notice is the only
+        record that a child's epoch ended, so a cancel or a disposal leaves it pending in the log for
+        the agent's next residency instead of dropping it unread."""
         for target in ("next-step", "next-turn"):
-            if self.lists[target]:
-                self._discard(target, 0, len(self.lists[target]))
+            items = self.lists[target]
+            index = 0
+            while index < len(items):
+                if _is_notice(items[index]):
+                    index += 1
+                    continue
+                end = index
+                while end < len(items) and not _is_notice(items[end]):
+                    end += 1
+                self._discard(target, index, end - index)
 
     def claim(self, target: Target, turn: int) -> list[Message]:
         """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
@@ -128,3 +139,8 @@ class Inbox:
         # same lists; it raises SESSION_CORRUPT on an invalid splice and accepts a repair's re-insert.
         for target, items in replay_inbox(events).items():
             self.lists[target] = cast("list[Message]", items)
+
+
+def _is_notice(message: Message) -> bool:
+    source = message.get("source")
+    return isinstance(source, dict) and source.get("kind") == "subagent-settled"

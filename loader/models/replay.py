@@ -56,7 +56,7 @@ from loader.transcripts import (
     resolve_placeholders,
 )
 
-__all__ = ["DEFAULT_USAGE", "ReplayProvider"]
+__all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class ReplayProvider:
         self._hangs_reached: set[str] = set()
         self._hang_listeners: list[HangListener] = []
         self._unconsumed: list[dict[str, str]] = []
+        self._resumed: set[str] = set()
 
     # ---- binding -------------------------------------------------------------------------------
 
@@ -138,6 +139,30 @@ class ReplayProvider:
             )
             return
         self._bind(session_id, key)
+
+    def resume_session(
+        self, session_id: str, descriptor: dict[str, Any] | None, events: list[dict[str, Any]]
+    ) -> None:
+        """A session that already has a log (`dsh run --resume` in a new process): bind it as at its
+        creation (the root with `descriptor=None`), then continue its script where the log leaves
+        off, so a resumed tree is served the replies its crashed run had not yet consumed.
+
+        Call it for the root and for every descendant in creation order before anything runs:
+        `order` binding counts children in that order. Once per session and process; a session
+        already served here keeps its live cursor.
+        """
+        if session_id in self._resumed:
+            return
+        self._resumed.add(session_id)
+        if descriptor is None:
+            self.bind_root(session_id)
+        else:
+            self.bind_child(session_id, descriptor)
+        key = self._key_by_session.get(session_id)
+        if key is None:
+            return
+        total = len(self.transcript.spec.agents[key].replies)
+        self._cursor[key] = max(self._cursor[key], min(total, replies_served(events)))
 
     def _bind(self, session_id: str, key: str) -> None:
         self._key_by_session[session_id] = key
@@ -263,6 +288,33 @@ class ReplayProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+def replies_served(events: list[dict[str, Any]]) -> int:
+    """How many scripted replies a log shows as served (§15.3 item 4, read back after a crash).
+
+    A step consumed one reply iff the log holds the model's answer to it: an `assistant/message`
+    (complete or interrupted), or, for a step without one, a `turn/end` of kind `error` whose code is
+    not CHECKPOINT_FAILED (a provider error: an `error` reply). A request whose answer the crash
+    swallowed left nothing in the log and is served again; so is a `hang` without a prefix.
+    """
+    served = 0
+    answered = stepped = False
+    for event in events:
+        kind, data = event["type"], event["data"]
+        if kind == "step/start":
+            answered, stepped = False, True
+        elif kind == "assistant/message":
+            served += 1
+            answered = True
+        elif kind == "turn/start":
+            answered = stepped = False
+        elif kind == "turn/end":
+            reason = data.get("reason") or {}
+            code = (reason.get("error") or {}).get("code")
+            if reason.get("kind") == "error" and stepped and not answered and code != "CHECKPOINT_FAILED":
+                served += 1
+    return served
 
 
 def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:

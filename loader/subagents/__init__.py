@@ -1,16 +1,19 @@
 """Continuation manager and its satellites (SPEC §8–§11): residency, notices, interrupt, report."""
 
 from loader.subagents.activation import Activation, state_of
+from loader.subagents.epochs import EPOCH_EVENT, holds_message, notice_id
 from loader.subagents.interrupt import AncestorAuthority, Authority, UserAuthority, interrupt
 from loader.subagents.listing import Catalogue, CatalogueEntry, list_agents, status_of
 from loader.subagents.lock import ChildLock
 from loader.subagents.manager import AgentFactory, ContinuationManager, ManagerConfig, Materialization
 from loader.subagents.notice import notify_settlement, render_settlement_notice, settlement_message
+from loader.subagents.recovery import continuation_message, plan_recovery, recover, scan_tree, turn_cut_off
 from loader.subagents.oneshot import OneShotResult, run_one_shot
 from loader.subagents.report import report_from
 from loader.subagents.teardown import dispose, drain, drain_children, drain_descendants
 
 __all__ = [
+    "EPOCH_EVENT",
     "Activation",
     "AgentFactory",
     "AncestorAuthority",
@@ -19,6 +22,7 @@ __all__ = [
     "CatalogueEntry",
     "ChildLock",
     "ContinuationManager",
+    "continuation_message",
     "ManagerConfig",
     "Materialization",
     "OneShotResult",
@@ -27,13 +31,19 @@ __all__ = [
     "drain",
     "drain_children",
     "drain_descendants",
+    "holds_message",
     "interrupt",
     "list_agents",
+    "notice_id",
     "notify_settlement",
+    "plan_recovery",
+    "recover",
     "render_settlement_notice",
     "report_from",
     "run_one_shot",
+    "scan_tree",
     "settlement_message",
     "state_of",
     "status_of",
+    "turn_cut_off",
 ]

@@ -28,6 +28,7 @@ from loader.errors import ConfigError, DshError, SessionError
 from loader.ids import is_valid_session_id, new_child_id
 from loader.session import Session, make_header
 from loader.subagents.activation import Activation, state_of
+from loader.subagents.epochs import EPOCH_EVENT, next_epoch
 from loader.subagents.errors import err
 from loader.subagents.lock import ChildLock
 
@@ -107,6 +108,8 @@ class ContinuationManager:
         self.draining = False
         self.events = Emitter()  # subagent/start, subagent/end, changed
         self.counters = _Counters()
+        # Durable notice writes into parents that are not live here (notice.py); shutdown awaits them.
+        self.offline_deliveries: set[asyncio.Task[None]] = set()
         registry.events.on("agent/disposed", self._forget_scope)
 
     # -- pulses ---------------------------------------------------------------------------
@@ -282,7 +285,7 @@ class ContinuationManager:
             raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id)
         # A cold resume counts as a materialization from its first await: until the Activation
         # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
-        with self._pending(parent):
+        with self.pending(parent):
             try:
                 if self.store.inline_io:  # replay: no thread decides the order (SPEC §26 item 1)
                     found = self.store.read(child_id)
@@ -307,7 +310,7 @@ class ContinuationManager:
             return await self._submit_materialized(a, content, source, parent, signal)
 
     @contextlib.contextmanager
-    def _pending(self, parent: Agent) -> Iterator[Materialization]:
+    def pending(self, parent: Agent) -> Iterator[Materialization]:
         m = Materialization(self.live_lineage(parent), asyncio.get_running_loop().create_future())
         self.materializations.add(m)
         self.pulse()
@@ -329,7 +332,7 @@ class ContinuationManager:
         descriptor: dict[str, Any],
     ) -> Activation:
         self.assert_admitting(parent)
-        with self._pending(parent):
+        with self.pending(parent):
             if session is None:
                 assert header is not None
                 agent = await self.create_child_agent(header, descriptor, "continuable")
@@ -344,7 +347,9 @@ class ContinuationManager:
                     await self.store.close(session)
                     raise
             child_id = agent.id
-            epoch = self.counters.epochs.get(child_id, 0) + 1
+            # The epoch is a durable fact (epochs.py): its number and start are read back from the
+            # child's log after a crash, so the notice it owes keeps one id across processes.
+            epoch = next_epoch(agent.session.events)
             self.counters.epochs[child_id] = epoch
             a = Activation(
                 child_id=child_id,
@@ -357,11 +362,11 @@ class ContinuationManager:
             self.activations[child_id] = a
             self.pulse()
             try:
+                agent.session.append(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
                 signal.throw_if_aborted()
                 self.assert_admitting(parent)
                 self.acquire_ownership(parent, child_id)
-                agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
-                agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
+                self.watch_inbox(a)
                 self.events.emit(
                     "subagent/start", {"sessionId": child_id, "parentSessionId": parent.id, "epoch": epoch}
                 )
@@ -373,10 +378,19 @@ class ContinuationManager:
                 self.release_ownership(child_id)
                 self.pulse()
                 raise
-            a.resident = True
-            a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{child_id}")
-            a.watcher.add_done_callback(_log_failure)
+            self.start_watcher(a)
             return a
+
+    def watch_inbox(self, a: Activation) -> None:
+        """Claims and discards of accepted ids make the watcher re-decide (§8.8 step 4)."""
+        agent = a.agent
+        agent.add_cleanup(agent.events.on("agent/inbox/claimed", self._unaccept(a)))
+        agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
+
+    def start_watcher(self, a: Activation) -> None:
+        a.resident = True
+        a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{a.child_id}")
+        a.watcher.add_done_callback(_log_failure)
 
     def _unaccept(self, a: Activation) -> Callable[[dict[str, Any]], None]:
         def listener(payload: dict[str, Any]) -> None:

@@ -1,25 +1,35 @@
-"""The settlement notice (SPEC §9): runtime-authored, delivered inside the disposal transaction.
+"""The settlement notice (SPEC §9, as revised by §26 item 3): runtime-authored, delivered inside the
+disposal transaction, exactly once per epoch that accepted work.
 
 The notice is data first (`source.stopReason`), and its text is rendered from that data by a pure
-function. Delivery never blocks or fails teardown and is never retried; a parent that is not live
-simply loses it (the child's session is the record).
+function. Its id is `notice_id(child, epoch)` (epochs.py), and it is never inserted into a parent
+whose log already holds that id. Delivery never blocks or fails teardown:
+- a live parent gets it as §9.4 says (a closing parent by inject, which its disposal no longer
+  clears: the notice stays pending for its next residency);
+- a parent that is not live gets it durably: a task appends the insert splice to the parent's own
+  file through the store, under the parent's child lock. If another process holds the file
+  (SESSION_BUSY) the write is skipped: the parent's log still lacks the id, so the next resume pass
+  (recovery.py) delivers it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from loader.agent import text_block, user_message
 from loader.agent.fold import STOP_REASONS
-from loader.errors import error_chain
+from loader.errors import SessionError, error_chain
+from loader.subagents.epochs import holds_message, notice_id
 from loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
+    from loader.agent import Agent
     from loader.subagents.activation import Activation
     from loader.subagents.manager import ContinuationManager
 
-__all__ = ["SUMMARY_LIMIT", "notify_settlement", "render_settlement_notice", "settlement_message"]
+__all__ = ["SUMMARY_LIMIT", "deliver_live", "deliver_offline", "notify_settlement", "render_settlement_notice", "settlement_message"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +65,10 @@ def _summary(text: str) -> str:
     return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
 
 
-def settlement_message(child_id: str, stop_reason: str, output: list[dict[str, Any]] | None) -> dict[str, Any]:
+def settlement_message(
+    child_id: str, stop_reason: str, output: list[dict[str, Any]] | None, *, epoch: int | None = None
+) -> dict[str, Any]:
+    """With `epoch`, the message carries the epoch's one notice id (`notice_id`)."""
     content = render_settlement_notice(child_id, stop_reason, output)
     source = {
         "kind": "subagent-settled",
@@ -64,7 +77,7 @@ def settlement_message(child_id: str, stop_reason: str, output: list[dict[str, A
         "senderSessionId": child_id,
         "stopReason": stop_reason,
     }
-    return user_message(content, source)
+    return user_message(content, source, id=notice_id(child_id, epoch) if epoch is not None else None)
 
 
 def notify_settlement(
@@ -74,22 +87,78 @@ def notify_settlement(
     if not a.announced:
         return  # a rolled-back materialization never accepted work
     try:
+        message = settlement_message(a.child_id, stop_reason, output, epoch=a.epoch)
         parent = manager.registry.get(a.parent_session)
         if parent is None:
-            return  # ordinary outcome: the child's session remains the record
-        message = settlement_message(a.child_id, stop_reason, output)
-        pa = manager.activations.get(parent.id)
-        own = pa if pa is not None and pa.agent is parent else None
-        if manager.closing_for(parent) is not None or (own is not None and own.disposal is not None):
-            # A closing parent must not start a model turn for it (§24 item 3).
-            parent.inject(message)
+            deliver_offline(manager, a.parent_session, message)
             return
-        # Steer, not inject, for a running parent: a parent whose turn was already cancelled only
-        # picks the notice up through the latch a waking send sets. Status read and send share S6.
-        send = parent.followup if parent.status == "idle" else parent.steer
-        if own is not None:
-            manager.admit_waking(own, message["id"], lambda: send(message))
-        else:
-            send(message)
+        deliver_live(manager, parent, message)
     except Exception as exc:
         logger.warning(TEXTS["T-LOG-NOTICE-FAILED"].format(id=a.child_id, detail=error_chain(exc)))
+
+
+def deliver_live(manager: ContinuationManager, parent: Agent, message: dict[str, Any]) -> None:
+    """§9.2 steps 4–5; synchronous, so it can run inside span S6. Raises what the send raises."""
+    if holds_message(parent.session.events, message["id"]):
+        return  # delivered by an earlier process (a crash between the notice and the release)
+    pa = manager.activations.get(parent.id)
+    own = pa if pa is not None and pa.agent is parent else None
+    if manager.closing_for(parent) is not None or (own is not None and own.disposal is not None):
+        # A closing parent must not start a model turn for it (§24 item 3); its disposal keeps
+        # the notice pending (Inbox.clear), so the next residency reads it.
+        parent.inject(message)
+        return
+    # Steer, not inject, for a running parent: a parent whose turn was already cancelled only
+    # picks the notice up through the latch a waking send sets. Status read and send share S6.
+    send = parent.followup if parent.status == "idle" else parent.steer
+    if own is not None:
+        manager.admit_waking(own, message["id"], lambda: send(message))
+    else:
+        send(message)
+
+
+def deliver_offline(manager: ContinuationManager, parent_id: str, message: dict[str, Any]) -> None:
+    """Start the durable write of a notice into a parent that is not live here (issue 9 item 4)."""
+    task = asyncio.get_running_loop().create_task(
+        _write_offline(manager, parent_id, message), name=f"notice-offline:{parent_id}"
+    )
+    manager.offline_deliveries.add(task)
+    task.add_done_callback(manager.offline_deliveries.discard)
+    task.add_done_callback(_log_failure)
+
+
+async def _write_offline(manager: ContinuationManager, parent_id: str, message: dict[str, Any]) -> None:
+    from loader.agent import Inbox
+
+    async def op() -> None:
+        # Under the parent's child lock: a cold resume of the parent waits for this write, and
+        # then finds the notice pending in the rebuilt inbox.
+        live = manager.registry.get(parent_id)
+        if live is not None:  # it came back in this run meanwhile: deliver as to any live parent
+            deliver_live(manager, live, message)
+            return
+        closing = manager.store.get_live(parent_id)
+        if closing is not None:
+            # Unregistered but still open here: its disposal is closing the file; share that close.
+            await manager.store.close(closing)
+        try:
+            session = await manager.store.load(parent_id)
+        except SessionError as exc:
+            level = logging.INFO if exc.code == "SESSION_BUSY" else logging.WARNING
+            logger.log(level, TEXTS["T-LOG-NOTICE-KEPT"].format(id=parent_id, detail=error_chain(exc)))
+            return
+        try:
+            if not holds_message(session.events, message["id"]):
+                Inbox(session).append("next-turn", message)
+                await manager.store.flush(session)
+        finally:
+            await manager.store.close(session)
+
+    await manager.locks.run(parent_id, op)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning(
+            TEXTS["T-LOG-NOTICE-FAILED"].format(id=task.get_name(), detail=error_chain(task.exception()))
+        )

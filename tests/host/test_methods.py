@@ -90,6 +90,9 @@ async def test_interrupt_reads_no_store_catalogue_or_registry(start_run, home: P
     # The spy sees connection tasks: prove it with a method that does read the registry.
     await rpc(home, run.root.id, "run.status", {})
     assert "registry.__iter__" in call_log.calls
+    # Taken before the interrupt: once its turn ends the child settles, and on a slow machine its
+    # Activation may be gone before the RPC's thread returns.
+    child = run.child
     call_log.calls.clear()
     child = run.child  # before the call: once interrupted, the child may settle and leave the map
 

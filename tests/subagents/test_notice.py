@@ -490,8 +490,8 @@ async def test_parent_followup_raising_is_logged_and_the_child_still_settles(mak
 
 async def test_notice_to_a_parent_whose_own_disposal_is_open_is_injected(make_tree):
     """Matrix 67 (§24 item 3): during a selected drain of the middle its inner settles; the notice is
-    injected into the middle (next-step insert), never wakes it, and the middle's own disposal then
-    cancels it unread."""
+    injected into the middle (next-step insert), never wakes it, and the middle's own disposal keeps
+    it pending for the middle's next residency (issue 9 item 4: no longer cancelled unread)."""
     tree = await make_tree(
         {
             "root": {"replies": [say("NOTED")]},
@@ -524,7 +524,7 @@ async def test_notice_to_a_parent_whose_own_disposal_is_open_is_injected(make_tr
     )
     assert "turn/start" not in types[insert_at:] and statuses == []
     after = [e["data"] for e in events[insert_at + 1:] if e["type"] == "agent/inbox/spliced"]
-    assert after == [{"target": "next-step", "start": 0, "inserted": [], "removedCount": 1, "outcome": "canceled"}]
+    assert after == []
     await within(tree.wait_quiet(root))
     assert [m["source"]["senderSessionId"] for m in entered(log(tree, root), "subagent-settled")] == [middle_id]
     assert_script_consumed(tree)
