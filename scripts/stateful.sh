@@ -6,7 +6,9 @@
 #   DSH_STATEFUL_EXAMPLES=500 scripts/stateful.sh
 #   SEED=1234 scripts/stateful.sh       # replay one seed
 #
-# Progress: `wc -c < /tmp/dsh-stateful-progress` counts finished examples (shrinking included).
+#   DSH_STATEFUL_STEPS=20 scripts/stateful.sh   # shorter rule sequences (default 30)
+# Progress: /tmp/dsh-stateful-progress gets one byte per finished example (shrinking included):
+# `.` passed, `F` failed, `x` discarded by hypothesis; `tr -cd F < FILE | wc -c` counts failures.
 # Hypothesis prints the number of examples run and any failing rule sequence (shrunk) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,14 @@ class ErrorLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(f"{record.name}: {record.getMessage()}")
+
+
+def _outcome(exc: BaseException | None) -> str:
+    """`.` passed, `F` failed (an invariant or an oracle), `x` discarded by hypothesis itself.
+    Hypothesis calls `teardown` from a `finally`, so the example's exception is still in flight."""
+    if exc is None:
+        return "."
+    return "x" if type(exc).__module__.startswith("hypothesis") else "F"
 
 
 class TreeHarness(RuleBasedStateMachine):
@@ -339,9 +348,9 @@ class TreeHarness(RuleBasedStateMachine):
             logging.getLogger("loader").removeHandler(self.errors)
             self._abandon()
             shutil.rmtree(self.home, ignore_errors=True)
-            if PROGRESS:  # one byte per finished example, so a long run can be watched (`wc -c`)
+            if PROGRESS:  # one byte per finished example, so a long run can be watched
                 with open(PROGRESS, "a") as f:
-                    f.write(".")
+                    f.write(_outcome(sys.exc_info()[1]))
 
     def _abandon(self) -> None:
         """After a failure mid-tree: stop what still runs, unlock the sessions, close the loop."""

@@ -48,7 +48,8 @@ settings.register_profile(
 )
 settings.register_profile(
     "dsh-long", parent=settings.get_profile("dsh-ci"), derandomize=False,
-    max_examples=int(os.environ.get("DSH_STATEFUL_EXAMPLES", "10000")), stateful_step_count=30,
+    max_examples=int(os.environ.get("DSH_STATEFUL_EXAMPLES", "10000")),
+    stateful_step_count=int(os.environ.get("DSH_STATEFUL_STEPS", "30")),
 )
 PROFILE = "dsh-long" if os.environ.get("DSH_STATEFUL_PROFILE") == "long" else "dsh-ci"
 
