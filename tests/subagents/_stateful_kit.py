@@ -160,15 +160,12 @@ def ledger(events: list[dict[str, Any]]) -> Ledger:
     lists: dict[str, list[dict[str, Any]]] = {"next-turn": [], "next-step": []}
     batch: list[str] = []  # claimed since the last step/start: the next step must enter exactly these
     expect: list[str] = []  # the batch the open step has not entered yet
-    open_turn: int | None = None
     for e in events:
         kind, data, seq = e["type"], e["data"], e["seq"]
         if expect and kind != "user/message":
             led.problems.append(f"seq {seq}: step entered fewer messages than claimed: {expect}")
             expect = []
-        if kind == "turn/start":
-            open_turn = data["turn"]
-        elif kind == "agent/inbox/spliced":
+        if kind == "agent/inbox/spliced":
             items = lists[data["target"]]
             count = data.get("removedCount", 0)
             removed = items[data["start"] : data["start"] + count]
@@ -198,9 +195,7 @@ def ledger(events: list[dict[str, Any]]) -> Ledger:
         elif kind == "turn/end":
             led.unentered.extend((mid, data["turn"], data["reason"]) for mid in batch)
             batch = []
-            open_turn = None
     if expect:
         led.problems.append(f"log ends inside a step that has not entered {expect}")
-    del open_turn
     led.pending = {t: [m["id"] for m in ms] for t, ms in lists.items()}
     return led

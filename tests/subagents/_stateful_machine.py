@@ -253,7 +253,8 @@ class TreeHarness(RuleBasedStateMachine):
         ))
 
     def _hanging(self) -> list[str]:
-        return [k for k in KEYS if self.tree is not None and self.tree.provider.waiting(k)]  # type: ignore[attr-defined]
+        provider: Any = self.tree.provider if self.tree is not None else None
+        return [k for k in KEYS if provider is not None and provider.waiting(k)]
 
     def _stale(self) -> list[Agent]:
         return [a for k in KEYS for a in self.built[k] if self.live(k) is not a]

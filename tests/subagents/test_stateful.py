@@ -60,8 +60,8 @@ class TreeMachine(TreeHarness):
     """The rules; the harness holds the tree, the quiescence wait and the invariants."""
 
     @precondition(lambda self: self._hanging())
-    @rule(who=pick, kind=st.sampled_from(["text", "text", "text", "report", "send", "interrupt", "error", "max-tokens"]),
-          to=st.sampled_from(KEYS))
+    @rule(who=pick, to=st.sampled_from(KEYS),
+          kind=st.sampled_from(["text", "text", "text", "report", "send", "interrupt", "error", "max-tokens"]))
     def release(self, who: int, kind: str, to: str) -> None:
         """Settlement and tool paths: a hanging request gets its reply."""
         keys = self._hanging()
@@ -73,7 +73,8 @@ class TreeMachine(TreeHarness):
             "max-tokens": lambda: reply_text(f"{key} cut", "max-tokens"),
             "error": reply_error,
             "report": lambda: reply_tools((self.call_id(), "report", {"output": f"{key} progress"})),
-            "send": lambda: reply_tools((self.call_id(), "send_message", {"agent_id": self.ids[to], "message": f"from {key}"})),
+            "send": lambda: reply_tools(
+                (self.call_id(), "send_message", {"agent_id": self.ids[to], "message": f"from {key}"})),
             "interrupt": lambda: reply_tools((self.call_id(), "interrupt_agent", {"agent_id": self.ids[to]})),
         }
         reply = replies[kind]()
