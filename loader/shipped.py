@@ -6,6 +6,7 @@ found by walking up from this file to `pyproject.toml`.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -38,9 +39,9 @@ def resolve_name(kind: ShippedKind, value: str, *, relative_to: Path | None = No
         path = Path(value)
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(f"{path}: no such file")
-        return path
+        return path  # the reader refuses what is not a regular file, and says what it is
     candidate = shipped_dir(kind) / f"{value}.yaml"
     if candidate.is_file():
         return candidate

@@ -81,7 +81,7 @@ def file_layer(path: Path, label: str) -> Layer:
     try:
         marked = load_yaml_with_marks(path)
     except YamlProblem as exc:
-        raise ConfigError(f"{label}:{exc.line}:{exc.col}: {exc.problem}") from exc
+        raise ConfigError(exc.render(label)) from exc
     if marked is None:
         return Layer("file", label, {}, marked=None, path=path)
     if not isinstance(marked, dict):
