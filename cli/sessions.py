@@ -72,7 +72,13 @@ class _Liveness:
 
 def _read(home: Path, session_id: str) -> Any:
     from loader.errors import DshError
+    from loader.ids import check_session_id
     from loader.session import read
+
+    try:
+        check_session_id(session_id)  # before the id becomes a path (issue 15 items 5, 6)
+    except DshError as exc:
+        fail(exc.message, 2)
 
     path = home / "sessions" / session_id / "session.jsonl"
     if not path.is_file():
