@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loader.abort import AbortController
+from loader.boundedjson import JsonProblem, loads_bounded
 from loader.errors import DshError
 from loader.host.methods import Methods, RunState
 from loader.host.paths import socket_path
@@ -158,6 +159,8 @@ class ControlServer:
             await self._converse(reader, connection)
         except ConnectionError:
             logger.debug("control connection dropped", exc_info=True)
+        except Exception:  # last line of defence for one connection: close it, keep the run quiet
+            logger.debug("control connection closed after an unexpected error", exc_info=True)
         finally:
             del self._connections[task]
             writer.close()
@@ -174,7 +177,8 @@ class ControlServer:
                     await self._answer(connection, line)
                 return
             except asyncio.LimitOverrunError:
-                logger.warning("control request over %d bytes; closing the connection", MAX_LINE_BYTES)
+                # debug, not warning: a peer's bad frame must not reach the run's stderr (issue 15)
+                logger.debug("control request over %d bytes; closing the connection", MAX_LINE_BYTES)
                 error = bad_request(INVALID_REQUEST, f"line longer than {MAX_LINE_BYTES} bytes")
                 await _write(connection.writer, _error_response(None, error))
                 return
@@ -207,9 +211,13 @@ class ControlServer:
     async def _respond(self, line: bytes) -> dict[str, Any] | None:
         """The response object for one line, or None for a notification."""
         try:
-            request = json.loads(line, parse_constant=_refuse_constant)
-        except ValueError:  # includes invalid UTF-8
+            # Issue 15 item 5: one bounded decoder, so deep nesting, lone surrogates, NaN, invalid
+            # UTF-8 and 5,000-digit integers all end here as a bad-request, never as a traceback.
+            request = loads_bounded(line.decode("utf-8"))
+        except UnicodeDecodeError:
             return _error_response(None, bad_request(PARSE_ERROR, "the line is not valid JSON"))
+        except JsonProblem as exc:
+            return _error_response(None, bad_request(PARSE_ERROR, f"the line is not valid JSON: {exc.msg}"))
         if isinstance(request, list):
             return _error_response(None, bad_request(INVALID_REQUEST, "batches are not supported"))
         if not isinstance(request, dict):
@@ -252,10 +260,6 @@ def _envelope_problem(request: dict[str, Any]) -> str | None:
 
 def _is_valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
