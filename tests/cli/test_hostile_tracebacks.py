@@ -103,3 +103,20 @@ def test_sessions_show_and_tree_refuse_an_invalid_id_in_one_line(dsh, home, comm
 
     assert result.exit_code == 2
     assert one_line(result).endswith(f"is not a session id: {problem}\n")
+
+
+@pytest.mark.parametrize("flag", ["--profile", "--overlay", "--transcript"])
+def test_a_shipped_name_too_long_for_a_file_name_is_an_unknown_name(dsh, flag):
+    """Found by the env fuzz (DSH_PROFILE of 2,000 `[`): a name longer than NAME_MAX used to raise
+    `OSError: File name too long` from the shipped-file lookup."""
+    result = dsh("config", "show", flag, "[" * 2000)
+
+    assert result.exit_code == 2
+    assert one_line(result).startswith(f"dsh: unknown {flag[2:]} '{'[' * 57}...'; available: ")
+
+
+def test_a_dsh_profile_too_long_for_a_file_name_is_an_unknown_profile(dsh):
+    result = dsh("config", "show", env={"DSH_PROFILE": "p" * 5000})
+
+    assert result.exit_code == 2
+    assert one_line(result).startswith("dsh: unknown profile 'ppppp")
