@@ -74,3 +74,54 @@ async def test_an_oversize_line_is_answered_then_closed_without_a_warning(start_
     assert response["error"]["data"]["code"] == "bad-request"
     assert rest == b""  # closed
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+# -- issue 15 item 8: idle timeout and connection cap -----------------------------------------------
+async def _closed(conn) -> bool:
+    """True once the server has closed `conn` (EOF); a 5 s backstop fails loudly."""
+    import asyncio
+
+    return await asyncio.wait_for(conn.reader.read(), 5) == b""
+
+
+async def test_an_idle_connection_is_closed_after_the_idle_timeout(start_run, connect):
+    run = await start_run(idle_timeout=0.2)
+    idle = await connect(run.server.path)
+    active = await connect(run.server.path)
+
+    _, answer = await active.exchange(_line(_request()))
+
+    assert answer["result"]["rootSessionId"] == run.root.id
+    assert await _closed(idle)
+
+
+async def test_over_the_cap_the_longest_idle_connection_makes_room(start_run, connect):
+    run = await start_run(max_connections=3, fresh_seconds=0.0)
+    first = await connect(run.server.path)
+    _, warm = await first.exchange(_line(_request()))  # the server has now registered `first`
+    others = [await connect(run.server.path) for _ in range(2)]
+    for conn in others:
+        await conn.exchange(_line(_request()))
+
+    newest = await connect(run.server.path)
+    _, answer = await newest.exchange(_line(_request()))
+
+    assert warm["result"]["rootSessionId"] == answer["result"]["rootSessionId"] == run.root.id
+    assert await _closed(first)
+    for conn in others:  # still served
+        assert (await conn.exchange(_line(_request())))[1]["result"]["rootSessionId"] == run.root.id
+
+
+async def test_fresh_connections_are_kept_and_beyond_twice_the_cap_a_new_one_is_refused(start_run, connect):
+    """A connection silent for under `fresh_seconds` may have its line in flight, so the cap does not
+    close it; with none idle, twice the cap are admitted and the next one is closed at once."""
+    run = await start_run(max_connections=1, fresh_seconds=3600.0)
+    kept = [await connect(run.server.path) for _ in range(2)]
+    for conn in kept:
+        await conn.exchange(_line(_request()))
+
+    refused = await connect(run.server.path)
+
+    assert await _closed(refused)
+    for conn in kept:
+        assert (await conn.exchange(_line(_request())))[1]["result"]["rootSessionId"] == run.root.id
