@@ -37,6 +37,7 @@ from ruamel.yaml.composer import Composer
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.tag import Tag
 
 from loader.inputfile import InputRefused, read_input
 
@@ -54,6 +55,8 @@ MAX_DEPTH = 64
 MAX_INT_DIGITS = 64
 """Digits an integer may have; longer ones are refused (Python itself stops at 4,300)."""
 _INT_TAG = "tag:yaml.org,2002:int"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class YamlProblem(Exception):
@@ -99,8 +102,14 @@ class _CheckedComposer(Composer):
         if isinstance(event, CollectionStartEvent) and self.depth >= MAX_DEPTH:
             self._refuse(event, f"nested deeper than {MAX_DEPTH} levels")
         node = super().compose_node(parent, index)
-        if isinstance(node, ScalarNode) and str(node.tag) == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
-            raise _Refusal(None, None, f"integer longer than {MAX_INT_DIGITS} digits", node.start_mark)
+        if isinstance(node, ScalarNode):
+            tag = str(node.tag)
+            if tag == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
+                raise _Refusal(None, None, f"integer longer than {MAX_INT_DIGITS} digits", node.start_mark)
+            if tag == _TIMESTAMP_TAG:
+                # No setting is a date, and `2001-13-45` would raise ValueError in the constructor:
+                # keep it as the text it is, so the schema reports it at its key like any bad value.
+                node.tag = Tag(suffix=_STR_TAG)
         return node
 
     def _refuse(self, event: Any, problem: str) -> None:
@@ -133,6 +142,8 @@ def load_yaml_with_marks(path: Path) -> Any:
         raise _problem_from(path, exc) from exc
     except YAMLError as exc:  # unmarked ruamel errors are rare; report them at the file start
         raise YamlProblem(path, 1, 1, str(exc).strip()) from exc
+    except (ValueError, OverflowError) as exc:  # a constructor refusing a value; not expected
+        raise YamlProblem(path, 1, 1, f"a value cannot be read: {exc}") from exc
 
 
 def _problem_from(path: Path, exc: MarkedYAMLError) -> YamlProblem:

@@ -121,3 +121,16 @@ def test_plain_yaml_with_64_levels_and_64_digit_integers_still_loads(dsh, tmp_pa
     assert result.exit_code == 2
     assert "nested deeper" not in result.stderr and "integer longer" not in result.stderr
     assert ": extra: unknown key" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["2001-13-45", "2001-12-14 25:61:61", "2001-02-30"])
+def test_an_impossible_date_is_a_bad_value_at_its_key_not_a_traceback(dsh, tmp_path, value):
+    """Found by the 10,000-case fuzz run: the round-trip constructor raised ValueError on these."""
+    overlay = tmp_path / "date.yaml"
+    overlay.write_text(f"model:\n  maxTokens: {value}\n")
+
+    result = dsh("config", "show", "--overlay", overlay)
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"dsh: {overlay}:2:3: model.maxTokens: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
