@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start-up cost of the `dsh` command (STYLE §10): median wall time of
 #   1. `dsh --help`
-#   2. `dsh interrupt ROOT/CHILD` against a live run (routing, socket connect, one JSON-RPC round trip;
-#      CHILD has no session file, so the run answers with the accepted no-op and keeps running)
+#   2. `dsh interrupt ROOT/CHILD` against a live run (header check, routing, socket connect, one
+#      JSON-RPC round trip; the first call stops CHILD's hanging turn, later ones are accepted no-ops
+#      on the idle child, and the root keeps hanging, so the run keeps serving)
 #   3. `python -c pass` with the same interpreter, as the floor
 # Uses hyperfine when installed (`apt-get install -y hyperfine`), else a Python timing loop.
 #
@@ -25,18 +26,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A live run whose root hangs in its first model request until it is interrupted.
+# A live run whose root starts one background child and then hangs in its second model request;
+# the child hangs too. Since issue 15, `dsh interrupt` needs a child whose saved header names the
+# parent, so the address must be a real one.
 cat > "$work/hang.yaml" <<'EOF'
-{"version": 1, "name": "hang", "task": "wait", "agents": {"root": {"replies": [{"hang": {}}]}}}
+{"version": 1, "name": "hang", "task": "wait", "agents": {
+  "root": {"replies": [{"toolCalls": [{"id": "sa", "name": "subagent", "arguments": {"label": "c", "prompt": "wait"}}]},
+                       {"hang": {}}]},
+  "child": {"spawnedBy": "sa", "replies": [{"hang": {}}]}}}
 EOF
 "$DSH" run --json --transcript "$work/hang.yaml" --home "$work/home" > "$work/run.ndjson" 2> "$work/run.err" &
 run_pid=$!
 
-# Wait (bounded) until the root has entered its first step: the run is then serving its socket.
+# Wait (bounded) until the child has started: the run is then serving its socket.
 root=""
+child=""
 for _ in $(seq 1 200); do
-  root="$(grep -m1 '"type":"step/start"' "$work/run.ndjson" 2>/dev/null | sed -E 's/.*"sessionId":"([^"]+)".*/\1/' || true)"
-  [ -n "$root" ] && break
+  line="$(grep -m1 '"name":"subagent/start"' "$work/run.ndjson" 2>/dev/null || true)"
+  if [ -n "$line" ]; then
+    child="$(echo "$line" | sed -E 's/.*"sessionId":"([^"]+)".*/\1/')"
+    root="$(echo "$line" | sed -E 's/.*"parentSessionId":"([^"]+)".*/\1/')"
+    break
+  fi
   sleep 0.05
 done
 if [ -z "$root" ]; then
@@ -44,7 +55,7 @@ if [ -z "$root" ]; then
   cat "$work/run.err" >&2
   exit 1
 fi
-interrupt=("$DSH" interrupt "$root/bench-child" --home "$work/home")
+interrupt=("$DSH" interrupt "$root/$child" --home "$work/home")
 "${interrupt[@]}" > /dev/null  # must succeed: exit 0, T-CLI-INTERRUPTED
 
 echo "dsh: $DSH"

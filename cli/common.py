@@ -12,15 +12,32 @@ from typing import NoReturn
 
 import typer
 
-__all__ = ["fail", "resolve_home", "say", "warn"]
+__all__ = ["fail", "resolve_home", "resolve_writable_home", "say", "warn"]
 
 
 def resolve_home(home: Path | None) -> Path:
-    """`--home` wins, then `$DSH_HOME`, then `~/.dsh` (§5.1)."""
-    if home is not None:
-        return home
-    env = os.environ.get("DSH_HOME")
-    return Path(env) if env else Path.home() / ".dsh"
+    """`--home` wins, then `$DSH_HOME`, then `~/.dsh` (§5.1). A home that exists but is not a
+    directory is refused here, in one line with exit 2, before any command looks inside it."""
+    from loader.homedir import HomeUnusable, check_home_readable  # stdlib-only
+
+    if home is None:
+        env = os.environ.get("DSH_HOME")
+        home = Path(env) if env else Path.home() / ".dsh"
+    try:
+        return check_home_readable(home)
+    except HomeUnusable as exc:
+        fail(exc.message, 2)
+
+
+def resolve_writable_home(home: Path | None) -> Path:
+    """`resolve_home` for a command that writes (`dsh run`): a home it cannot write under is refused
+    in one line with exit 2 instead of an `OSError` from the store."""
+    from loader.homedir import HomeUnusable, check_home_writable
+
+    try:
+        return check_home_writable(resolve_home(home))
+    except HomeUnusable as exc:
+        fail(exc.message, 2)
 
 
 def say(text: str) -> None:

@@ -19,13 +19,16 @@ AddressArgument = Annotated[str, typer.Argument(help="<parentSessionId>/<childSe
 def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """Route and call; returns `(child, result)`, with `result` None when no live run hosts the child.
 
-    Exit codes (§19): 2 for a bad address or unknown session, 1 for refusals and RPC failures."""
-    from loader.host import NoLiveRun, RouteError, RpcError, call_sync, parse_address, route
+    Exit codes (§19): 2 for a bad address, an unknown child or one the saved headers do not place
+    under that parent; 1 for refusals and RPC failures."""
+    from loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
+    from loader.host.protocol import RpcError
     from loader.texts import render
 
     root_dir = resolve_home(home)
     try:
         parent, child = parse_address(address)
+        check_address(root_dir, parent, child)  # the saved headers answer first (issue 15 item 4)
         root_id = route(root_dir, parent, child)
         return child, call_sync(root_dir, root_id, method, {"parentSessionId": parent, "childSessionId": child, **params})
     except RouteError as exc:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_home, say, warn
+from cli.common import fail, resolve_writable_home, say, warn
 
 
 def run(
@@ -96,7 +96,7 @@ def run(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
         request = RunRequest(
-            home=resolve_home(home), config=composed.config, task=task, transcript=script,
+            home=resolve_writable_home(home), config=composed.config, task=task, transcript=script,
             fences_allowed=composed.fences_allowed, timeout=timeout, resume=resume, stop=stop,
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
         )

@@ -75,13 +75,17 @@ class _Liveness:
 
 def _read(home: Path, session_id: str) -> Any:
     from loader.errors import DshError
+    from loader.ids import check_session_id
     from loader.session import read
-
-    from loader.ids import SESSION_ID_RE
     from loader.texts import render
 
+    try:
+        check_session_id(session_id)  # before the id becomes a path (issue 15 items 5, 6)
+    except DshError as exc:
+        fail(exc.message, 2)
+
     path = home / "sessions" / session_id / "session.jsonl"
-    if not SESSION_ID_RE.match(session_id) or not path.parent.is_dir():
+    if not path.parent.is_dir():
         fail(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=home), 2)
     try:
         return read(path)

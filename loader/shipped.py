@@ -6,6 +6,8 @@ found by walking up from this file to `pyproject.toml`.
 
 from __future__ import annotations
 
+import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -15,6 +17,7 @@ from loader.errors import ConfigError
 __all__ = ["ShippedKind", "available_names", "resolve_name", "shipped_dir"]
 
 ShippedKind = Literal["profiles", "overlays", "transcripts"]
+_SHIPPED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def shipped_dir(kind: ShippedKind) -> Path:
@@ -38,12 +41,16 @@ def resolve_name(kind: ShippedKind, value: str, *, relative_to: Path | None = No
         path = Path(value)
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(f"{path}: no such file")
-        return path
-    candidate = shipped_dir(kind) / f"{value}.yaml"
-    if candidate.is_file():
-        return candidate
+        return path  # the reader refuses what is not a regular file, and says what it is
+    # A shipped name is one short path component; anything else (a 5,000-character name used to
+    # raise "File name too long") names nothing we ship.
+    if _SHIPPED_NAME.fullmatch(value):
+        candidate = shipped_dir(kind) / f"{value}.yaml"
+        if candidate.is_file():
+            return candidate
     names = ", ".join(available_names(kind)) or "none"
     singular = kind[:-1]
-    raise ConfigError(f"unknown {singular} {value!r}; available: {names}")
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    raise ConfigError(f"unknown {singular} {shown!r}; available: {names}")

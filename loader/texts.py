@@ -118,6 +118,9 @@ TEXTS: dict[str, str] = {
     "T-CLI-UNAUTHORIZED": "{child} is not a child of {parent}",
     "T-CLI-BAD-ADDRESS": "expected <parentSessionId>/<childSessionId>, got {value!r}",
     "T-CLI-UNKNOWN-SESSION": "no session {id} under {home}/sessions",
+    # issue 15 (hostile input): our wording
+    "T-CLI-HOME-NOT-DIR": "{path} is not a directory; give --home (or DSH_HOME) a directory",
+    "T-CLI-HOME-READ-ONLY": "cannot write under {path}; give --home (or DSH_HOME) a writable directory",
     "T-CLI-FENCES": (
         "transcript {file} declares fences, which only run under the test profile or the pytest plugin"
     ),

@@ -14,6 +14,13 @@ Position rules (our decision, shared by every loader):
 
 Lines and columns are 1-based in everything this module returns; ruamel's marks are 0-based.
 
+Hostile input (issue 15 item 2): files are read through `loader.inputfile.read_input` (regular
+files only, no symlinks, a size limit), and the composer refuses, at the offending node and before
+anything is built from it, every anchor and alias (so an alias bomb costs one event, not an
+expansion), every explicit tag (`!foo`, and `!!str`, which the round-trip loader would keep as a
+`TaggedScalar`), nesting deeper than `MAX_DEPTH` and integers longer than `MAX_INT_DIGITS` digits
+(Python refuses to convert beyond 4,300 digits, and no setting needs more than a handful).
+
 Validation runs on `plain(data)`, a deep copy in builtin types, so validated models never hold
 ruamel's `CommentedMap`/`ScalarString` subclasses; the marked original is kept only for `locate`.
 """
@@ -26,9 +33,15 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.tag import Tag
 
-__all__ = ["Loc", "YamlProblem", "key_path", "load_yaml_with_marks", "locate", "plain"]
+from loader.inputfile import InputRefused, read_input
+
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "Loc", "YamlProblem", "key_path", "load_yaml_with_marks", "locate", "plain"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +50,74 @@ Loc = tuple[int | str, ...]
 
 _DICT_KEY_MARKER = "[key]"
 
+MAX_DEPTH = 64
+"""Nested mappings and sequences allowed; deeper input is refused at the first node past it."""
+MAX_INT_DIGITS = 64
+"""Digits an integer may have; longer ones are refused (Python itself stops at 4,300)."""
+_INT_TAG = "tag:yaml.org,2002:int"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_STR_TAG = "tag:yaml.org,2002:str"
+
 
 class YamlProblem(Exception):
-    """A file that is not well-formed YAML. `str()` is `<file>:<line>:<col>: <parser problem>`.
+    """A file that is not acceptable YAML. `str()` is `<file>:<line>:<col>: <problem>`, or
+    `<file>: <problem>` for a problem of the whole file (`line` 0: not a regular file, too large).
 
     Callers re-raise it as their own error type (`ConfigError`, `TranscriptError`) so the exit code
     stays theirs; this module stays free of those layers.
     """
 
     def __init__(self, path: Path, line: int, col: int, problem: str) -> None:
-        super().__init__(f"{path}:{line}:{col}: {problem}")
+        super().__init__(self._render(str(path), line, col, problem))
         self.path = path
         self.line = line
         self.col = col
         self.problem = problem
+
+    def render(self, label: str) -> str:
+        """The same line with `label` (a display path) in place of the path."""
+        return self._render(label, self.line, self.col, self.problem)
+
+    @staticmethod
+    def _render(where: str, line: int, col: int, problem: str) -> str:
+        return f"{where}:{line}:{col}: {problem}" if line > 0 else f"{where}: {problem}"
+
+
+class _Refusal(MarkedYAMLError):
+    """Raised inside the composer; `load_yaml_with_marks` turns it into a `YamlProblem`."""
+
+
+class _CheckedComposer(Composer):
+    """The round-trip composer with the hostile-input checks of the module docstring applied to
+    each event before the node is composed."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        if isinstance(event, AliasEvent):
+            self._refuse(event, f"aliases are not supported (found *{event.anchor})")
+        if event.anchor is not None:
+            self._refuse(event, f"anchors are not supported (found &{event.anchor})")
+        if isinstance(event, (ScalarEvent, CollectionStartEvent)) and event.ctag is not None:
+            self._refuse(event, f"explicit tags are not supported (found {event.ctag})")
+        if isinstance(event, CollectionStartEvent) and self.depth >= MAX_DEPTH:
+            self._refuse(event, f"nested deeper than {MAX_DEPTH} levels")
+        node = super().compose_node(parent, index)
+        if isinstance(node, ScalarNode):
+            tag = str(node.tag)
+            if tag == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
+                raise _Refusal(None, None, f"integer longer than {MAX_INT_DIGITS} digits", node.start_mark)
+            if tag == _TIMESTAMP_TAG:
+                # No setting is a date, and `2001-13-45` would raise ValueError in the constructor:
+                # keep it as the text it is, so the schema reports it at its key like any bad value.
+                node.tag = Tag(suffix=_STR_TAG)
+        return node
+
+    def _refuse(self, event: Any, problem: str) -> None:
+        raise _Refusal(None, None, problem, event.start_mark)
+
+
+def _digits(value: str) -> int:
+    return sum(ch.isalnum() for ch in value)
 
 
 def load_yaml_with_marks(path: Path) -> Any:
@@ -60,8 +127,13 @@ def load_yaml_with_marks(path: Path) -> Any:
     """
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.Composer = _CheckedComposer
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_input(path)
+    except InputRefused as exc:
+        raise YamlProblem(exc.path, 0, 0, exc.problem) from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise YamlProblem(path, 1, 1, f"not UTF-8 text: {exc.reason}") from exc
     try:
@@ -70,6 +142,8 @@ def load_yaml_with_marks(path: Path) -> Any:
         raise _problem_from(path, exc) from exc
     except YAMLError as exc:  # unmarked ruamel errors are rare; report them at the file start
         raise YamlProblem(path, 1, 1, str(exc).strip()) from exc
+    except (ValueError, OverflowError) as exc:  # a constructor refusing a value; not expected
+        raise YamlProblem(path, 1, 1, f"a value cannot be read: {exc}") from exc
 
 
 def _problem_from(path: Path, exc: MarkedYAMLError) -> YamlProblem:

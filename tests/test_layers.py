@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # `models/` and `config/` build on `transcripts/`; `tree` assembles agent, subagents and tools;
 # the host's runtime half (`methods`, `server`) and `fences` drive a `Tree`; `headless` picks
 # providers, config and the host; `testing/` sits on headless; `cli/` on everything.
-RANKS: dict[str, int] = {
-    **dict.fromkeys(("abort", "ids", "errors", "texts", "emitter", "yamlpos"), 0),
+RANKS: dict[str, float] = {
+    # base leaves, then the base modules that build on them (ids on errors, yamlpos on inputfile)
+    **dict.fromkeys(("abort", "errors", "texts", "emitter", "boundedjson", "inputfile"), 0),
+    **dict.fromkeys(("ids", "yamlpos", "homedir"), 0.5),
     "shipped": 1,
     "session": 1,
     "transcripts": 2,

@@ -185,7 +185,13 @@ SPEC_CRASH = {
     ),
 }
 
-SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH}
+# Issue 15 (hostile input): our wording, not the spec's; the issue wins over the spec (common brief).
+ISSUE_15_TEXTS = {
+    "T-CLI-HOME-NOT-DIR": "{path} is not a directory; give --home (or DSH_HOME) a directory",
+    "T-CLI-HOME-READ-ONLY": "cannot write under {path}; give --home (or DSH_HOME) a writable directory",
+}
+
+SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS}
 
 
 @pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))

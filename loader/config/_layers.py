@@ -20,7 +20,6 @@ and item 5 needs the variable name of every leaf for provenance.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from loader.boundedjson import JsonProblem, loads_bounded
 from loader.config.schema import Config
 from loader.errors import ConfigError
 from loader.yamlpos import Loc, YamlProblem, load_yaml_with_marks, locate, plain
@@ -81,7 +81,7 @@ def file_layer(path: Path, label: str) -> Layer:
     try:
         marked = load_yaml_with_marks(path)
     except YamlProblem as exc:
-        raise ConfigError(f"{label}:{exc.line}:{exc.col}: {exc.problem}") from exc
+        raise ConfigError(exc.render(label)) from exc
     if marked is None:
         return Layer("file", label, {}, marked=None, path=path)
     if not isinstance(marked, dict):
@@ -119,8 +119,8 @@ def env_layers(environ: Mapping[str, str]) -> tuple[list[Layer], list[str]]:
             value: Any = raw
         else:
             try:
-                decoded = json.loads(raw)
-            except json.JSONDecodeError as exc:
+                decoded = loads_bounded(raw)
+            except JsonProblem as exc:
                 problems.append(f"environment {name}: {'.'.join(path)}: not valid JSON: {exc.msg}")
                 continue
             if not isinstance(decoded, dict):

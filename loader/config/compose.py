@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 # Our wording (§14.2 item 6, §22).
 TESTING_GATED = "allowed only on top of the shipped test profile"
+EMPTY_PROFILE = "--profile: give a profile name or path, not an empty string"
 TRANSCRIPT_SOURCE = "transcript"
 _PROBLEM_TEXT = {"extra_forbidden": "unknown key", "missing": "required key is missing"}
 _SHIPPED_KINDS: tuple[ShippedKind, ...] = ("profiles", "overlays", "transcripts")
@@ -138,6 +139,9 @@ def compose(
 
 
 def _profile_name(profile: str | None, environ: Mapping[str, str], transcript: Transcript | None) -> str:
+    if profile is not None and not profile.strip():
+        # Issue 15 item 7: `--profile ""` used to mean "the default profile" without saying so.
+        raise ConfigError(EMPTY_PROFILE)
     if profile:
         return profile
     # pydantic-settings reads names case-insensitively; sort so the choice is deterministic.

@@ -52,16 +52,25 @@ def _env_name(value: str) -> str:
     return value
 
 
+# Issue 15 item 7: no setting is infinite. `allow_inf_nan=False` refuses `.inf` and `.nan` in every
+# float field, and durations have an upper bound, since a timeout of 1e300 s overflows the clocks
+# and socket timeouts it reaches.
+MAX_DURATION_SECONDS = 86_400.0
+MAX_GRACE_SECONDS = 3_600.0
+
+
 class _Schema(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
 
 class RetryConfig(_Schema):
     """Provider retry policy for 429 / 5xx / network errors (§13.2)."""
 
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 4
-    initial_backoff_seconds: Annotated[float, Field(ge=0)] = 1.0
-    max_backoff_seconds: Annotated[float, Field(ge=0)] = 30.0
+    initial_backoff_seconds: Annotated[float, Field(ge=0, le=MAX_DURATION_SECONDS)] = 1.0
+    max_backoff_seconds: Annotated[float, Field(ge=0, le=MAX_DURATION_SECONDS)] = 30.0
 
 
 class ModelConfig(_Schema):
@@ -74,8 +83,8 @@ class ModelConfig(_Schema):
     api_key_env: Annotated[str, AfterValidator(_env_name)] = "DEEPSEEK_API_KEY"
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    connect_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
-    read_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    connect_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 10.0
+    read_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 120.0
     retry: RetryConfig = RetryConfig()
 
 
@@ -102,7 +111,7 @@ class RunConfig(_Schema):
     """`parked` decides what a stalled run does (§17.2); `compose` forces `release` under a
     transcript, because nobody is there to resume a parked child."""
 
-    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 5.0
+    shutdown_grace_seconds: Annotated[float, Field(ge=0, le=MAX_GRACE_SECONDS)] = 5.0
     parked: Literal["wait", "release"] = "wait"
 
 
@@ -113,7 +122,7 @@ class TestingConfig(_Schema):
     __test__ = False  # not a pytest test class despite the name
 
     fences: bool = False
-    fence_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    fence_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 10.0
 
 
 class Config(_Schema):

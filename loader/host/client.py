@@ -12,6 +12,7 @@ Errors (all `DshError`, branch on `code`), plus `RpcError` from `protocol` for e
     RouteError                 the address cannot be mapped to a root session (CLI exit 2)
     ├── BadAddress             BAD_ADDRESS: not `<valid id>/<valid id>` (T-CLI-BAD-ADDRESS)
     ├── UnknownSession         UNKNOWN_SESSION: no session file on the way (T-CLI-UNKNOWN-SESSION)
+    ├── NotAChild              NOT_A_CHILD: the child's header names another parent (T-CLI-UNAUTHORIZED)
     └── UnroutableSession      UNROUTABLE_SESSION: unreadable/newer header, parent cycle, > 64 hops
     NoLiveRun                  NO_LIVE_RUN: the socket is missing or refuses connections
     RpcTransportError          RPC_TRANSPORT: connected, but no usable response (timeout, EOF, junk)
@@ -29,19 +30,21 @@ from typing import Any
 from loader.errors import DshError
 from loader.host.paths import socket_path
 from loader.host.protocol import JSONRPC_VERSION, MAX_LINE_BYTES, RpcError
-from loader.ids import SESSION_ID_RE
+from loader.ids import is_valid_session_id
 from loader.texts import render
 
 __all__ = [
     "MAX_HOPS",
     "BadAddress",
     "NoLiveRun",
+    "NotAChild",
     "RouteError",
     "RpcTransportError",
     "UnknownSession",
     "UnroutableSession",
     "call",
     "call_sync",
+    "check_address",
     "parse_address",
     "route",
 ]
@@ -79,6 +82,15 @@ class UnroutableSession(RouteError):
         self.session_id = session_id
 
 
+class NotAChild(RouteError):
+    """The child's saved header names another parent (or none: a root is nobody's child)."""
+
+    def __init__(self, child_id: str, parent_id: str) -> None:
+        super().__init__("NOT_A_CHILD", render("T-CLI-UNAUTHORIZED", child=child_id, parent=parent_id))
+        self.child_id = child_id
+        self.parent_id = parent_id
+
+
 class NoLiveRun(DshError):
     """No process serves the root's socket: for `interrupt` an accepted no-op, for `send` a failure."""
 
@@ -97,8 +109,7 @@ class RpcTransportError(DshError):
 
 
 def _is_session_id(value: str) -> bool:
-    # fullmatch: SESSION_ID_RE ends in `$`, which `re.match` also lets match before a final "\n".
-    return SESSION_ID_RE.fullmatch(value) is not None
+    return is_valid_session_id(value)  # the one validator (issue 15 items 4, 6)
 
 
 def parse_address(value: str) -> tuple[str, str]:
@@ -142,6 +153,16 @@ def route(home: Path, parent_id: str, child_id: str) -> str:
         visited.add(parent)
         current = parent
         header = _read_header(home, current)
+
+
+def check_address(home: Path, parent_id: str, child_id: str) -> None:
+    """Issue 15 item 4: the address must name a saved child of that parent. `UnknownSession` when the
+    child has no session file, `NotAChild` when its header names another parent or none (so
+    `<root>/<root>` and `<child>/<root>` are refused). Read-only, like `route`: the run's own check
+    stays authoritative, this one gives the honest answer before anything is sent."""
+    header = _read_header(Path(home), child_id)
+    if header.get("parentSession") != parent_id:
+        raise NotAChild(child_id, parent_id)
 
 
 def _read_header(home: Path, session_id: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from loader.abort import Aborted, AbortSignal
@@ -34,7 +34,7 @@ from loader.host.protocol import (
     not_resumable,
     unauthorized,
 )
-from loader.ids import SESSION_ID_RE
+from loader.ids import session_id_problem
 from loader.subagents import UserAuthority, interrupt, list_agents, status_of
 
 if TYPE_CHECKING:
@@ -54,7 +54,15 @@ logger = logging.getLogger(__name__)
 
 RunState = Literal["running", "stalled", "shutting-down"]
 
-SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_RE.pattern)]
+
+def _session_id(value: str) -> str:
+    problem = session_id_problem(value)
+    if problem is not None:
+        raise ValueError(f"not a session id: {problem}")
+    return value
+
+
+SessionId = Annotated[str, AfterValidator(_session_id)]  # the one validator (issue 15 item 4)
 
 _DESCRIPTOR_SCAN = 4  # the descriptor is written right after the header (§8.2), i.e. at seq 0
 

@@ -16,6 +16,12 @@ Framing and dispatch rules (decisions where §18 leaves room):
 - Parse errors and invalid requests are always answered (id null when the id is unusable), as
   JSON-RPC 2.0 requires; a valid request without `id` is a notification: it runs, nothing is sent.
 - Unknown envelope members (besides jsonrpc, id, method, params) make the request invalid (-32600).
+- Bounded in time and count (issue 15 item 8): a connection that sends no complete line for
+  `idle_timeout` seconds (default 30) is closed; above `max_connections` open connections (default
+  256) the least recently active one that is idle (no request in hand, silent for over 0.5 s) is
+  closed to admit the new one; with none idle, connections are admitted up to twice the cap and
+  refused beyond. A client of ours sends its line right after connecting, so only idle or
+  abandoned connections are ever closed.
 
 Invariant: a handler failure never crosses the connection boundary as text: unexpected exceptions
 are logged here with `logger.exception` and answered with the fixed `internal` error (§18.3).
@@ -38,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loader.abort import AbortController
+from loader.boundedjson import JsonProblem, loads_bounded
 from loader.errors import DshError
 from loader.host.methods import Methods, RunState
 from loader.host.paths import socket_path
@@ -55,9 +62,14 @@ if TYPE_CHECKING:
     from loader.agent import Agent
     from loader.tree import Tree
 
-__all__ = ["ControlServer"]
+__all__ = ["FRESH_SECONDS", "IDLE_TIMEOUT_SECONDS", "MAX_CONNECTIONS", "ControlServer"]
 
 logger = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_SECONDS = 30.0
+MAX_CONNECTIONS = 256
+FRESH_SECONDS = 0.5
+_BACKLOG = 1024  # a burst of connects waits in the kernel rather than failing (issue 15 item 8)
 
 _ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _NO_ID = object()
@@ -78,8 +90,15 @@ class ControlServer:
         state: Callable[[], RunState],
         environ: Mapping[str, str] | None = None,
         peer_uid: int | None = None,
+        idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+        fresh_seconds: float = FRESH_SECONDS,
     ) -> None:
-        """`environ` feeds `socket_path` (tests); `peer_uid` is the only uid admitted (default: ours)."""
+        """`environ` feeds `socket_path` (tests); `peer_uid` is the only uid admitted (default: ours);
+        `idle_timeout`, `max_connections` and `fresh_seconds` bound the connections (module docstring)."""
+        self._idle_timeout = idle_timeout
+        self._max_connections = max_connections
+        self._fresh_seconds = fresh_seconds
         self.path: Path = socket_path(tree.home, root.id, environ)
         self._peer_uid = os.getuid() if peer_uid is None else peer_uid
         self._controller = AbortController()  # aborted at close: in-flight deliveries give up
@@ -100,7 +119,9 @@ class ControlServer:
             raise RuntimeError("a ControlServer starts once; build a new one to serve again")
         _prepare_directory(self.path.parent)
         await _clear_stale(self.path)
-        server = await asyncio.start_unix_server(self._serve, path=os.fspath(self.path), limit=MAX_LINE_BYTES)
+        server = await asyncio.start_unix_server(
+            self._serve, path=os.fspath(self.path), limit=MAX_LINE_BYTES, backlog=_BACKLOG
+        )
         # Right after bind (§18.1); the 0700 directory already keeps others out of the window before.
         os.chmod(self.path, 0o600)
         self._inode = os.stat(self.path).st_ino
@@ -151,35 +172,68 @@ class ControlServer:
         # Named per STYLE §7; tests also use the `host:` prefix to tell the handler's own calls
         # from the runtime's reactions (matrix 108).
         task.set_name(f"host:connection:{self._next_connection}")
-        connection = self._connections[task] = _Connection(writer)
+        connection = self._connections[task] = _Connection(writer, asyncio.get_running_loop().time())
         try:
-            if not self._peer_allowed(writer):
+            if not self._peer_allowed(writer) or not self._admit(connection):
                 return
             await self._converse(reader, connection)
         except ConnectionError:
             logger.debug("control connection dropped", exc_info=True)
+        except Exception:  # last line of defence for one connection: close it, keep the run quiet
+            logger.debug("control connection closed after an unexpected error", exc_info=True)
         finally:
             del self._connections[task]
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    def _admit(self, connection: _Connection) -> bool:
+        """Make room under the cap by closing the least recently active idle connection; False
+        (close this one) when every other connection is handling a request."""
+        open_ = [c for c in self._connections.values() if not c.evicted]
+        if len(open_) <= self._max_connections:
+            return True
+        # A connection silent for less than `fresh_seconds` may be a client whose line is in flight;
+        # closing it would lose a request, so only longer-silent ones are idle. Without one, a new
+        # connection is still admitted up to twice the cap, then refused.
+        settled = connection.last_active - self._fresh_seconds
+        idle = [c for c in open_ if c is not connection and not c.busy and c.last_active <= settled]
+        if not idle:
+            if len(open_) <= 2 * self._max_connections:
+                return True
+            logger.debug("control connection refused: %d connections, none idle", len(open_))
+            return False
+        oldest = min(idle, key=lambda c: c.last_active)
+        logger.debug("control connection cap reached; closing the longest idle connection")
+        # Counted out at once: its task leaves `_connections` only when it ends, and counting it
+        # until then would let the next arrivals evict a second, third... connection for one slot.
+        oldest.evicted = True
+        oldest.writer.close()
+        return True
+
     async def _converse(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
+        loop = asyncio.get_running_loop()
         while self._server is not None:
             try:
-                line = await reader.readuntil(b"\n")
+                async with asyncio.timeout(self._idle_timeout):
+                    line = await reader.readuntil(b"\n")
+            except TimeoutError:
+                logger.debug("control connection idle for %ss; closing it", self._idle_timeout)
+                return
             except asyncio.IncompleteReadError as exc:
                 line = exc.partial  # EOF: handle a last unterminated line, then stop
                 if line.strip():
                     await self._answer(connection, line)
                 return
             except asyncio.LimitOverrunError:
-                logger.warning("control request over %d bytes; closing the connection", MAX_LINE_BYTES)
+                # debug, not warning: a peer's bad frame must not reach the run's stderr (issue 15)
+                logger.debug("control request over %d bytes; closing the connection", MAX_LINE_BYTES)
                 error = bad_request(INVALID_REQUEST, f"line longer than {MAX_LINE_BYTES} bytes")
                 await _write(connection.writer, _error_response(None, error))
                 return
             if line.strip():
                 await self._answer(connection, line)
+            connection.last_active = loop.time()
 
     async def _answer(self, connection: _Connection, line: bytes) -> None:
         connection.busy = True
@@ -207,9 +261,13 @@ class ControlServer:
     async def _respond(self, line: bytes) -> dict[str, Any] | None:
         """The response object for one line, or None for a notification."""
         try:
-            request = json.loads(line, parse_constant=_refuse_constant)
-        except ValueError:  # includes invalid UTF-8
+            # Issue 15 item 5: one bounded decoder, so deep nesting, lone surrogates, NaN, invalid
+            # UTF-8 and 5,000-digit integers all end here as a bad-request, never as a traceback.
+            request = loads_bounded(line.decode("utf-8"))
+        except UnicodeDecodeError:
             return _error_response(None, bad_request(PARSE_ERROR, "the line is not valid JSON"))
+        except JsonProblem as exc:
+            return _error_response(None, bad_request(PARSE_ERROR, f"the line is not valid JSON: {exc.msg}"))
         if isinstance(request, list):
             return _error_response(None, bad_request(INVALID_REQUEST, "batches are not supported"))
         if not isinstance(request, dict):
@@ -236,7 +294,9 @@ class ControlServer:
 @dataclass(eq=False)
 class _Connection:
     writer: asyncio.StreamWriter
+    last_active: float  # loop time of the connect or of the last answered line
     busy: bool = False  # between reading a request line and writing its answer
+    evicted: bool = False  # closed by the cap; its task may still be ending
 
 
 def _envelope_problem(request: dict[str, Any]) -> str | None:
@@ -252,10 +312,6 @@ def _envelope_problem(request: dict[str, Any]) -> str | None:
 
 def _is_valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _error_response(request_id: Any, error: RpcError) -> dict[str, Any]:

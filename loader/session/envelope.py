@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from loader.errors import SessionError
-from loader.ids import SESSION_ID_RE
+from loader.ids import is_valid_session_id
 from loader.session.turn_end import TURN_END_KINDS
 
 __all__ = [
@@ -110,7 +110,7 @@ def header_problem(header: Any) -> str | None:
         return "header type is not session"
     if not _is_int(header["version"]) or header["version"] < 1:
         return "header version is not a positive integer"
-    if not isinstance(header["id"], str) or not SESSION_ID_RE.match(header["id"]):
+    if not isinstance(header["id"], str) or not is_valid_session_id(header["id"]):
         return "header id is not a valid session id"
     if not _is_int(header["createdAt"]):
         return "header createdAt is not an integer"

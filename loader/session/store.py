@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loader.errors import CheckpointError, SessionError
-from loader.ids import SESSION_ID_RE
+from loader.ids import is_valid_session_id
 from loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file, lock_exclusive
 from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
@@ -158,7 +158,7 @@ class SessionStore:
         return self.sessions_dir / session_id / "session.jsonl"
 
     def exists(self, session_id: str) -> bool:
-        if not SESSION_ID_RE.match(session_id):
+        if not is_valid_session_id(session_id):
             return False
         path = self.path(session_id)
         return path.exists() or path.parent.exists()
@@ -172,7 +172,7 @@ class SessionStore:
 
     def read(self, session_id: str) -> ReadResult:
         """Read-only view (§5.6); blocking, so async callers wrap it in `asyncio.to_thread`."""
-        if not SESSION_ID_RE.match(session_id):
+        if not is_valid_session_id(session_id):
             raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
         return read(self.path(session_id))
 
@@ -182,7 +182,7 @@ class SessionStore:
         """Materialize the file eagerly and atomically (§5.4 item 1, `create_session_file`): the file
         appears complete or not at all, and the session is returned only once it is locked."""
         session_id = header.get("id")
-        if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+        if not isinstance(session_id, str) or not is_valid_session_id(session_id):
             raise SessionError("INVALID_SESSION_ID", f"{session_id!r} is not a session id")
         problem = header_problem(header)
         if problem is None and header["version"] != FORMAT_VERSION:
@@ -344,7 +344,7 @@ class SessionStore:
         """Cold resume (§5.6): read, check, lock, repair the tail, return a live session."""
         if session_id in self._live:
             raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
-        if not SESSION_ID_RE.match(session_id):
+        if not is_valid_session_id(session_id):
             raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
         path = self.path(session_id)
         result, closers, fd, size = await _locking_call(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from loader.ids import SESSION_ID_RE
+from loader.ids import is_valid_session_id
 from loader.session._fileio import SESSION_FILE, TEMP_PREFIX
 
 __all__ = ["PruneOutcome", "is_unmaterialized", "prune_unmaterialized", "unmaterialized_ids"]
@@ -66,7 +66,7 @@ def unmaterialized_ids(sessions_dir: Path) -> list[str]:
         names = sorted(os.listdir(sessions_dir))
     except FileNotFoundError:
         return []
-    return [n for n in names if SESSION_ID_RE.match(n) and is_unmaterialized(sessions_dir / n)]
+    return [n for n in names if is_valid_session_id(n) and is_unmaterialized(sessions_dir / n)]
 
 
 def prune_unmaterialized(sessions_dir: Path, *, dry_run: bool = False) -> list[PruneOutcome]:

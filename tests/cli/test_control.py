@@ -80,14 +80,52 @@ def test_send_without_a_live_run_fails_with_exit_1(dsh, home, finished):
     assert (home / "sessions" / child / "session.jsonl").read_bytes() == before
 
 
-def test_an_unknown_child_routes_through_its_parent(dsh, home, finished):
-    """§18.4: a child id without a file routes from the parent's header; with no live run the
-    interrupt is still the accepted no-op."""
+@pytest.mark.parametrize("command", ["interrupt", "send"])
+def test_an_unknown_child_of_a_saved_parent_exits_2(dsh, home, finished, command):
+    """Issue 15 item 4 (supersedes §18.4's route-through-the-parent for the CLI): a child with no
+    saved header is "no session X", exit 2, even when the parent exists; nothing is sent."""
     root, _child = finished
+    extra = ["hello"] if command == "send" else []
 
-    result = dsh("interrupt", f"{root}/not-a-child", "--home", home)
+    result = dsh(command, f"{root}/not-a-child", *extra, "--home", home)
 
-    assert (result.exit_code, result.stdout, result.stderr) == (0, render("T-CLI-NO-RUN", child="not-a-child") + "\n", "")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-UNKNOWN-SESSION", id="not-a-child", home=home) + "\n"
+
+
+@pytest.mark.parametrize("command", ["interrupt", "send"])
+@pytest.mark.parametrize("shape", ["stranger/child", "root/root", "child/root", "child/child"])
+def test_an_address_the_saved_headers_do_not_support_exits_2(dsh, home, finished, command, shape):
+    """Issue 15 items 4, 6: the child's header must name the given parent; `<root>/<root>` and
+    `<child>/<root>` used to answer "interrupt accepted" with exit 0. The logs are untouched."""
+    root, child = finished
+    ids = {"stranger": STRANGER, "root": root, "child": child}
+    parent_key, child_key = shape.split("/")
+    parent_id, child_id = ids[parent_key], ids[child_key]
+    extra = ["hello"] if command == "send" else []
+    before = {sid: (home / "sessions" / sid / "session.jsonl").read_bytes() for sid in (root, child)}
+
+    result = dsh(command, f"{parent_id}/{child_id}", *extra, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-UNAUTHORIZED", child=child_id, parent=parent_id) + "\n"
+    assert before == {sid: (home / "sessions" / sid / "session.jsonl").read_bytes() for sid in (root, child)}
+
+
+@pytest.mark.parametrize("command", ["interrupt", "send"])
+@pytest.mark.parametrize("address", [
+    pytest.param("a/" + "b" * 300, id="child-300-bytes"),
+    pytest.param("a/..", id="dotdot"),
+    pytest.param("a/b..c", id="inner-dotdot"),
+    pytest.param("a/.hidden", id="leading-dot"),
+    pytest.param("a/b\n", id="trailing-newline"),
+])
+def test_the_one_validator_refuses_ids_an_address_could_smuggle(dsh, home, command, address):
+    extra = ["hello"] if command == "send" else []
+    result = dsh(command, address, *extra, "--home", home)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "dsh: " + render("T-CLI-BAD-ADDRESS", value=address) + "\n"
 
 
 # -- two processes ---------------------------------------------------------------------------------
@@ -104,7 +142,7 @@ PARKED_FOLLOWUP = {
 
 
 def test_m107_interrupt_from_a_second_process_stops_the_child_and_keeps_its_queue(live_run, home, tmp_path):
-    """Matrix 107 end to end: `dsh interrupt` with the wrong parent is refused (exit 1,
+    """Matrix 107 end to end: `dsh interrupt` with the wrong parent is refused (exit 2 since issue 15,
     T-CLI-UNAUTHORIZED); with the right one it stops the hanging child's turn (exit 0,
     T-CLI-INTERRUPTED).
 
@@ -126,7 +164,7 @@ def test_m107_interrupt_from_a_second_process_stops_the_child_and_keeps_its_queu
     run.wait_event(root, "turn/end", turn=1)  # the fence: the child's hang was reached before root step 2
 
     wrong = run_dsh("interrupt", f"{STRANGER}/{child}", "--home", home)
-    assert (wrong.returncode, wrong.stdout) == (1, "")
+    assert (wrong.returncode, wrong.stdout) == (2, "")  # the saved headers refuse it (issue 15 item 4)
     assert wrong.stderr == "dsh: " + render("T-CLI-UNAUTHORIZED", child=child, parent=STRANGER) + "\n"
 
     right = run_dsh("interrupt", f"{root}/{child}", "--home", home)
