@@ -25,8 +25,12 @@ Decisions where the spec leaves room:
   gets `spawnedBy`, any other `order: k` (k counting those children), mirroring replay binding.
   Requests of a session noted as neither root nor child are left out (and logged).
 - `name` defaults to the file stem, made to fit `[a-z0-9-]+` (the transcript schema).
-- Redaction replaces longer secrets first, so a secret containing another is redacted whole.
-  Only string values are redacted; keys are schema names and agent keys.
+- Redaction (issue 15 finding 10) touches only the fields that can carry a secret (the task, reply
+  text, reasoning, tool-call argument values, error messages, hang text), never the structure
+  (ids, tool names, agent keys, `finish`, fences), so the file always loads back and replays. A
+  whole value equal to a secret is redacted; inside longer text only secrets of at least
+  `MIN_EMBEDDED_SECRET` characters are, longest first (a throwaway key `e` would otherwise rewrite
+  every word). Request headers are never recorded, so the key sent there never reaches the file.
 """
 
 from __future__ import annotations
@@ -267,16 +271,60 @@ def _arguments(raw: str) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else raw
 
 
-def _redact(value: Any, secrets: list[str]) -> Any:
+# A secret shorter than this is redacted only where it is a whole value: a one-letter throwaway key
+# (`e`, `x`) occurs inside every word, and replacing it there would corrupt the text (finding 10).
+MIN_EMBEDDED_SECRET = 8
+
+
+def _redact(doc: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
+    """Redact the fields that can carry a secret: the task and, per reply, `reasoning`, `text`,
+    tool-call `arguments`, `error.message` and `hang.text`. Structure (names, ids, agent keys,
+    `finish`, `spawnedBy`, fences, overlays) is never touched, so the file always loads and replays."""
+    out = dict(doc)
+    if isinstance(out.get("task"), str):
+        out["task"] = _redact_text(out["task"], secrets)
+    agents = out.get("agents")
+    if isinstance(agents, dict):
+        out["agents"] = {key: {**script, "replies": [_redact_reply(r, secrets) for r in script["replies"]]}
+                         for key, script in agents.items()}
+    return out
+
+
+def _redact_reply(reply: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
+    out = dict(reply)
+    for name in ("reasoning", "text"):
+        if isinstance(out.get(name), str):
+            out[name] = _redact_text(out[name], secrets)
+    if isinstance(out.get("toolCalls"), list):
+        out["toolCalls"] = [{**call, "arguments": _redact_value(call["arguments"], secrets)}
+                            for call in out["toolCalls"]]
+    if isinstance(out.get("error"), dict) and isinstance(out["error"].get("message"), str):
+        out["error"] = {**out["error"], "message": _redact_text(out["error"]["message"], secrets)}
+    if isinstance(out.get("hang"), dict) and isinstance(out["hang"].get("text"), str):
+        out["hang"] = {"text": _redact_text(out["hang"]["text"], secrets)}
+    return out
+
+
+def _redact_value(value: Any, secrets: list[str]) -> Any:
+    """Tool-call arguments: every string value (never a key) as content."""
     if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
+        return _redact_text(value, secrets)
     if isinstance(value, dict):
-        return {k: _redact(v, secrets) for k, v in value.items()}
+        return {k: _redact_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v, secrets) for v in value]
+        return [_redact_value(v, secrets) for v in value]
     return value
+
+
+def _redact_text(text: str, secrets: list[str]) -> str:
+    """A whole value equal to a secret becomes `[redacted]`; inside longer text only secrets of at
+    least `MIN_EMBEDDED_SECRET` characters are replaced (longest first)."""
+    if text in secrets:
+        return REDACTED
+    for secret in secrets:
+        if len(secret) >= MIN_EMBEDDED_SECRET:
+            text = text.replace(secret, REDACTED)
+    return text
 
 
 def _literal_blocks(value: Any) -> Any:

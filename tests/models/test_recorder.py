@@ -257,3 +257,46 @@ def test_children_are_numbered_in_creation_order_and_bind_by_call_or_order(recor
 def test_multiline_and_awkward_strings_survive_the_yaml_round_trip(recorder, tmp_path: Path):
     path = recorder.write(tmp_path / "odd.yaml", task="line 1\n  indented\ttab\nbell\x07\r\nend\n\n")
     assert load_transcript(path).spec.task == "line 1\n  indented\ttab\nbell\x07\r\nend\n\n"
+
+
+# ---- issue 15 finding 10: redaction is exact ------------------------------------------------------
+
+EXACT_SPAWN = {**SPAWN, "spawnCallId": "call_xe"}
+
+
+@pytest.mark.parametrize("key", ["e", "x", KEY])
+async def test_redaction_is_exact_so_any_key_leaves_a_recording_that_loads_and_replays(
+    llm, recorder, tmp_path, key
+):
+    """A throwaway one-letter key must not rewrite words, tool names or call ids; a whole value
+    equal to the key is still redacted, and a real key appears nowhere in the file."""
+    conversation = [
+        ("root-session", sse(
+            delta(content=f"Next: execute. key={key}" if len(key) > 1 else "Next: execute."),
+            delta(tool_calls=[{"index": 0, "id": "call_xe", "type": "function", "function": {
+                "name": "subagent", "arguments": json.dumps({"label": "exec", "prompt": key})}}]),
+            delta(finish="tool_calls"), usage(5, 3), "[DONE]")),
+        ("child-session", sse(delta(content="fixed"), delta(finish="stop"), usage(4, 1), "[DONE]")),
+        ("root-session", sse(delta(content="Done, the test passed."), delta(finish="stop"), usage(9, 4), "[DONE]")),
+    ]
+    llm.post(URL).mock(side_effect=[ok(body) for _, body in conversation])
+    recorder.note_child("child-session", EXACT_SPAWN)
+    live = [assembled(await run(recorder, sid)) for sid, _ in conversation]
+    path = recorder.write(tmp_path / "exact.yaml", task=f"execute the subagent with {key}", redact=[key])
+    text = path.read_text()
+    if len(key) > 1:
+        assert key not in text
+    transcript = load_transcript(path)
+    root_reply = transcript.spec.agents["root"].replies[0]
+    assert root_reply.tool_calls is not None
+    assert (root_reply.tool_calls[0].id, root_reply.tool_calls[0].name) == ("call_xe", "subagent")
+    assert root_reply.tool_calls[0].arguments == {"label": "exec", "prompt": REDACTED}
+    replay = ReplayProvider(transcript)
+    replay.bind_root("root-session")
+    replay.bind_child("child-session", EXACT_SPAWN)
+    replayed = [assembled(await run(replay, sid)) for sid, _ in conversation]
+    live[0]["content"][-1]["arguments"]["prompt"] = REDACTED
+    if len(key) > 1:
+        live[0]["content"][0]["text"] = "Next: execute. key=" + REDACTED
+    assert replayed == live
+    assert replay.finish_checks() == []
