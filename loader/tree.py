@@ -207,10 +207,14 @@ class Tree:
 def refuse_child_resume(store: SessionStore, session_id: str) -> None:
     """`--resume` takes a root (issue 9 item 5): a child's turns belong to its parent's tree, so a
     child is refused with RESUME_NOT_ROOT (usage, exit 2) naming the root to resume. Blocking, and
-    read-only; a session that does not read is left to the load to report."""
+    read-only; a missing session is UNKNOWN_SESSION (T-CLI-UNKNOWN-SESSION, exit 2, issue 15
+    finding 7); any other session that does not read is left to the load to report."""
     try:
         header = store.read(session_id).header
-    except SessionError:
+    except SessionError as exc:
+        if exc.code == "SESSION_NOT_FOUND":
+            raise ConfigError(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=store.home),
+                              code="UNKNOWN_SESSION") from exc
         return
     if not header.get("parentSession"):
         return

@@ -69,3 +69,18 @@ def test_resume_of_a_root_killed_before_its_task_was_durable_sends_the_transcrip
     assert (result.exit_code, result.stdout) == (0, "HELLO\n"), result.stderr
     tasks = [e["data"]["content"][0]["text"] for e in events_of(home, ROOT) if e["type"] == "user/message"]
     assert tasks == ["say hello"]
+
+
+def test_resume_of_a_missing_session_exits_2_with_the_unknown_session_message(dsh, home: Path) -> None:
+    """Issue 15 finding 7: a missing id is a usage error naming the id and the home, not exit 1 with
+    a raw path; nothing is created under the home."""
+    from loader.texts import render
+
+    _crashed_tree(home)
+    before = sorted(p.name for p in (home / "sessions").iterdir())
+
+    result = dsh("run", "--resume", "sess-missing", "--home", str(home), env=clean_env())
+
+    assert (result.exit_code, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == "dsh: " + render("T-CLI-UNKNOWN-SESSION", id="sess-missing", home=home) + "\n"
+    assert sorted(p.name for p in (home / "sessions").iterdir()) == before
