@@ -1,6 +1,6 @@
 """`dsh run` (SPEC §17, §19): one agent tree to quiescence; the answer on stdout.
 
-Exit codes (§17.3): 0 completed, 1 error/violations/internal, 2 usage or configuration, 3 max-tokens,
+Exit codes (§17.3): 0 completed, 1 error/violations/internal/run budget exhausted, 2 usage or configuration, 3 max-tokens,
 4 aborted, 5 refusal, 130 SIGINT, 143 SIGTERM; precedence 130/143 > 2 > violations > stop reason.
 The runtime is imported inside the command: `dsh --help` never pays for it.
 """
@@ -28,6 +28,9 @@ def run(
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
     record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree after a stop or crash, then run TASK if given.")] = None,
+    max_children: Annotated[Optional[int], typer.Option("--max-children", min=0, help="Children spawned per run (default limits.maxChildren, 200).")] = None,
+    max_requests: Annotated[Optional[int], typer.Option("--max-requests", min=1, help="Model requests per run (default limits.maxRequests, 2000).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Tokens per run, input + output (default limits.maxTokens, 2000000).")] = None,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -56,6 +59,11 @@ def run(
         composed = compose(profile=profile, overlays=overlay or [], transcript=script)
     except DshError as exc:
         fail(exc.message, 2)
+    config = composed.config
+    overrides = {name: value for name, value in (("max_children", max_children), ("max_requests", max_requests),
+                                                 ("max_tokens", max_tokens)) if value is not None}
+    if overrides:  # the command line outranks every config layer (issue 15 finding 9)
+        config = config.model_copy(update={"limits": config.limits.model_copy(update=overrides)})
     if script is not None and script.spec.fences and not composed.fences_allowed:
         from loader.texts import render
 
@@ -96,7 +104,7 @@ def run(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
         request = RunRequest(
-            home=resolve_writable_home(home), config=composed.config, task=task, transcript=script,
+            home=resolve_writable_home(home), config=config, task=task, transcript=script,
             fences_allowed=composed.fences_allowed, timeout=timeout, resume=resume, stop=stop,
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
         )

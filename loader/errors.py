@@ -65,12 +65,15 @@ ProviderCode = Literal[
     # the replay provider (§15.3)
     "REPLAY_UNRECORDED_SESSION", "REPLAY_SCRIPT_EXHAUSTED", "REPLAY_PLACEHOLDER",
     "REPLAY_BINDING_CONFLICT", "REPLAY_UNCONSUMED",
+    # the run budget (issue 15 finding 9): requests or tokens per run exhausted
+    "BUDGET_EXHAUSTED",
 ]
 ScriptedCode = NewType("ScriptedCode", str)
 """A provider code a transcript scripts (§15.2 `error.code`): free-form by design, raised verbatim."""
 SubagentCode = Literal[
     "UNAUTHORIZED", "NOT_RESUMABLE", "DRAINING", "ACTIVATION_CLOSING", "PARENT_UNAVAILABLE",
     "DEPTH_EXCEEDED", "DUPLICATE_CHILD", "ACTIVATION_TEARDOWN_FAILED", "SUBAGENT_INCOMPLETE",
+    "BUDGET_EXHAUSTED",  # children per run exhausted (issue 15 finding 9)
 ]
 TranscriptCode = Literal["TRANSCRIPT_INVALID"]
 ConfigCode = Literal["CONFIG_INVALID", "USAGE", "FENCES_REFUSED", "MISSING_API_KEY", "RESUME_NOT_ROOT",

@@ -20,6 +20,7 @@ from loader.config import Config
 from loader.errors import ConfigError, DshError
 from loader.fences import Fences
 from loader.models import ModelProvider, ReplayProvider
+from loader.models.budget import RunBudget, RunLimits
 from loader.subagents import ManagerConfig
 from loader.texts import render
 from loader.session import SessionStore
@@ -42,9 +43,11 @@ logger = logging.getLogger(__name__)
 
 EXIT_CODES: dict[str, int] = {"completed": 0, "error": 1, "max-tokens": 3, "aborted": 4, "refusal": 5}
 
-def exit_code_for(stop_reason: str, violations: list[dict[str, Any]]) -> int:
-    """§17.3: violations (1) outrank the stop reason; unknown reasons count as errors."""
-    if violations:
+
+def exit_code_for(stop_reason: str, violations: list[dict[str, Any]], budget_exhausted: bool = False) -> int:
+    """§17.3: violations (1) outrank the stop reason; unknown reasons count as errors. An exhausted
+    run budget (issue 15 finding 9) is an error too (1), whatever the root made of it."""
+    if violations or budget_exhausted:
         return 1
     return EXIT_CODES.get(stop_reason, 1)
 
@@ -62,6 +65,7 @@ class RunResult:
     timed_out: bool = False
     interrupted: bool = False
     released: list[str] = field(default_factory=list)
+    budget: dict[str, Any] = field(default_factory=dict)  # RunBudget.summary() (issue 15 finding 9)
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` final record (§17.3)."""
@@ -77,6 +81,7 @@ class RunResult:
             "timedOut": self.timed_out,
             "interrupted": self.interrupted,
             "released": self.released,
+            "budget": self.budget,
         }
 
 
@@ -185,6 +190,9 @@ async def run_tree(request: RunRequest) -> RunResult:
         fsync=config.persistence.fsync,
         # SPEC §26 item 1: under a transcript the order is the transcript's alone, so no I/O thread.
         inline_io=isinstance(provider, ReplayProvider),
+        budget=RunBudget(RunLimits(max_children=config.limits.max_children,
+                                   max_requests=config.limits.max_requests,
+                                   max_tokens=config.limits.max_tokens)),
     )
     sinks = request.sinks
     _attach_sinks(tree, sinks)
@@ -268,10 +276,14 @@ async def run_tree(request: RunRequest) -> RunResult:
     error = None
     if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":
         error = outcome.end["data"]["reason"].get("error")
+    budget = tree.budget
+    assert budget is not None
+    if budget.exhausted is not None:
+        _warn(sinks, render("T-CLI-BUDGET", kind=budget.exhausted))
     return RunResult(
         root_session_id=root.id,
         stop_reason=stop_reason,
-        exit_code=exit_code_for(stop_reason, violations),
+        exit_code=exit_code_for(stop_reason, violations, budget.exhausted is not None),
         output=outcome.output,
         usage=outcome.usage,
         violations=violations,
@@ -280,6 +292,7 @@ async def run_tree(request: RunRequest) -> RunResult:
         timed_out=timed_out,
         interrupted=interrupted,
         released=sorted(children.released),
+        budget=budget.summary(),
     )
 
 

@@ -119,6 +119,8 @@ TEXTS: dict[str, str] = {
     "T-CLI-BAD-ADDRESS": "expected <parentSessionId>/<childSessionId>, got {value!r}",
     "T-CLI-UNKNOWN-SESSION": "no session {id} under {home}/sessions",
     # issue 15 (hostile input): our wording
+    "T-ERR-BUDGET": "run budget exhausted: {kind} per run is limited to {limit}; settle with what you have",
+    "T-CLI-BUDGET": "dsh: the run budget for {kind} was exhausted; raise it with --max-{kind} or limits in config",
     "T-CLI-HOME-NOT-DIR": "{path} is not a directory; give --home (or DSH_HOME) a directory",
     "T-CLI-HOME-READ-ONLY": "cannot write under {path}; give --home (or DSH_HOME) a writable directory",
     "T-CLI-FENCES": (

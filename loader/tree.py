@@ -18,6 +18,7 @@ from loader.agent import Agent, AgentOptions, AgentRegistry, Idle
 from loader.errors import ConfigError, SessionError
 from loader.ids import new_root_id
 from loader.models import ModelProvider
+from loader.models.budget import BudgetedProvider, RunBudget
 from loader.session import Session, SessionStore, make_header
 from loader.subagents import (
     Catalogue,
@@ -54,6 +55,8 @@ class Tree:
     fsync: bool = False
     agent_class: type[Agent] = Agent
     inline_io: bool = False  # replay runs: store I/O on the loop thread (SPEC §26 item 1)
+    # Run-wide budgets (issue 15 finding 9): shared by every agent's provider and `subagent` tool.
+    budget: RunBudget | None = None
 
     def __post_init__(self) -> None:
         self.store = SessionStore(
@@ -79,11 +82,12 @@ class Tree:
 
     def make_agent(self, session: Session, mode: Literal["root", "continuable", "one-shot"]) -> Agent:
         self.catalogue.note_created(session.id)
+        provider = self.provider if self.budget is None else BudgetedProvider(self.provider, self.budget)
         agent = self.agent_class(
             session,
             store=self.store,
-            provider=self.provider,
-            tools=tools_for(mode, self.manager, self.catalogue),
+            provider=provider,
+            tools=tools_for(mode, self.manager, self.catalogue, self.budget),
             options=self.options,
             registry=self.registry,
         )

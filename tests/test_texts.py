@@ -187,6 +187,8 @@ SPEC_CRASH = {
 
 # Issue 15 (hostile input): our wording, not the spec's; the issue wins over the spec (common brief).
 ISSUE_15_TEXTS = {
+    "T-ERR-BUDGET": "run budget exhausted: {kind} per run is limited to {limit}; settle with what you have",
+    "T-CLI-BUDGET": "dsh: the run budget for {kind} was exhausted; raise it with --max-{kind} or limits in config",
     "T-CLI-HOME-NOT-DIR": "{path} is not a directory; give --home (or DSH_HOME) a directory",
     "T-CLI-HOME-READ-ONLY": "cannot write under {path}; give --home (or DSH_HOME) a writable directory",
 }

@@ -26,6 +26,7 @@ from loader.texts import TEXTS
 __all__ = [
     "AgentConfig",
     "Config",
+    "LimitsConfig",
     "ModelConfig",
     "PersistenceConfig",
     "RetryConfig",
@@ -115,6 +116,15 @@ class RunConfig(_Schema):
     parked: Literal["wait", "release"] = "wait"
 
 
+class LimitsConfig(_Schema):
+    """Run-wide budgets (issue 15 finding 9; README "Run budgets"): spawns, model requests and
+    tokens (input + output) per run. Finite by construction, so a runaway model stops."""
+
+    max_children: Annotated[int, Field(ge=0, le=100_000)] = 200
+    max_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 2_000
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000_000)] = 2_000_000
+
+
 class TestingConfig(_Schema):
     """Fence settings (§16). Accepted only on top of the shipped `test` profile (§14.2 item 6);
     `compose` enforces that, since the schema cannot know which profile a key came from."""
@@ -133,4 +143,5 @@ class Config(_Schema):
     subagents: SubagentsConfig = SubagentsConfig()
     persistence: PersistenceConfig = PersistenceConfig()
     run: RunConfig = RunConfig()
+    limits: LimitsConfig = LimitsConfig()
     testing: TestingConfig = TestingConfig()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from loader.agent import Tool
+from loader.models.budget import RunBudget
 from loader.subagents import Catalogue, ContinuationManager
 from loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
 from loader.tools.delegation import SendMessageTool, SubagentTool
@@ -27,12 +28,13 @@ __all__ = [
 
 
 def tools_for(
-    mode: Literal["root", "continuable", "one-shot"], manager: ContinuationManager, catalogue: Catalogue
+    mode: Literal["root", "continuable", "one-shot"], manager: ContinuationManager, catalogue: Catalogue,
+    budget: RunBudget | None = None,
 ) -> list[Tool]:
     if mode == "one-shot":
         return []
     tools: list[Tool] = [
-        SubagentTool(manager),
+        SubagentTool(manager, budget),
         SendMessageTool(manager),
         ListAgentsTool(manager, catalogue),
         InterruptAgentTool(manager),

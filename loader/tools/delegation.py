@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loader.agent import ToolExec, ToolOutput, text_of
 from loader.errors import SubagentError
+from loader.models.budget import RunBudget
 from loader.subagents import ContinuationManager, run_one_shot
 from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
@@ -31,10 +32,13 @@ class SubagentTool:
     concurrency_safe = True
     system_section = TEXTS["T-SYSTEM-DELEGATION"]
 
-    def __init__(self, manager: ContinuationManager) -> None:
+    def __init__(self, manager: ContinuationManager, budget: RunBudget | None = None) -> None:
         self.manager = manager
+        self.budget = budget
 
     async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
+        if self.budget is not None:  # refused here, before the manager creates anything
+            self.budget.take_child()
         if args.run_in_background:
             child_id, _ = await self.manager.start_continuable(
                 exec.agent, args.label, args.prompt, exec.call_id, exec.signal
