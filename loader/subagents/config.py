@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from loader.agent import Agent
 from loader.errors import ConfigError
 from loader.session import Session
+from loader.subagents.errors import err
 
 __all__ = ["REPORT_DELIVERIES", "AgentFactory", "AgentMode", "ManagerConfig", "Materialization"]
 
@@ -36,6 +37,21 @@ class ManagerConfig:
             raise ConfigError(
                 f"subagents.reportDelivery: expected 'wakeup' or 'quiet', got {self.report_delivery!r}"
             )
+
+    def child_depth(self, parent: Agent) -> int:
+        """The delegation depth of a new child of `parent`; refused past `max_depth` (§8.6)."""
+        depth = int(parent.header.get("delegationDepth", 0)) + 1
+        if depth > self.max_depth:
+            raise err("DEPTH_EXCEEDED", "T-ERR-DEPTH", depth=depth, max=self.max_depth)
+        return depth
+
+    def descriptor(self, mode: str, label: str, spawn_call_id: str | None) -> dict[str, Any]:
+        d: dict[str, Any] = {"version": 1, "mode": mode, "provider": "spawn", "label": label}
+        if self.model:
+            d["model"] = self.model
+        if spawn_call_id:
+            d["spawnCallId"] = spawn_call_id
+        return d
 
 
 @dataclass(eq=False)

@@ -26,10 +26,11 @@ from loader.ids import is_valid_session_id, new_child_id
 from loader.session import Session, make_header
 from loader.subagents.activation import Activation
 from loader.subagents.coldresume import read_resumable
-from loader.subagents.config import AgentFactory, AgentMode, ManagerConfig, Materialization
+from loader.subagents.config import AgentFactory, ManagerConfig, Materialization
 from loader.subagents.epochs import EPOCH_EVENT, next_epoch
 from loader.subagents.errors import err
 from loader.subagents.lock import ChildLock
+from loader.subagents.materialize import ChildAgents
 from loader.subagents.teardown import dispose, watch
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["AgentFactory", "ContinuationManager", "ManagerConfig", "Materialization"]
 
 logger = logging.getLogger(__name__)
+
+Content = str | list[dict[str, Any]]
 
 
 class _Lost:
@@ -87,9 +90,8 @@ class ContinuationManager:
     ) -> None:
         self.registry = registry
         self.store = store
-        self.factory = factory
         self.config = config or ManagerConfig()
-        self.descriptor_hook = descriptor_hook
+        self.agents = ChildAgents(store, registry, factory, descriptor_hook)
         self.activations: dict[str, Activation] = {}
         self.materializations: set[Materialization] = set()
         self.locks = ChildLock()
@@ -221,28 +223,14 @@ class ContinuationManager:
         self.poke(a)
 
     # -- start (§8.6) ---------------------------------------------------------------------
-    def child_depth(self, parent: Agent) -> int:
-        depth = int(parent.header.get("delegationDepth", 0)) + 1
-        if depth > self.config.max_depth:
-            raise err("DEPTH_EXCEEDED", "T-ERR-DEPTH", depth=depth, max=self.config.max_depth)
-        return depth
-
-    def descriptor(self, mode: str, label: str, spawn_call_id: str | None) -> dict[str, Any]:
-        d: dict[str, Any] = {"version": 1, "mode": mode, "provider": "spawn", "label": label}
-        if self.config.model:
-            d["model"] = self.config.model
-        if spawn_call_id:
-            d["spawnCallId"] = spawn_call_id
-        return d
-
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
     ) -> tuple[str, str]:
         """Resolves at inbox acceptance of the prompt; afterwards the caller's signal is irrelevant."""
         self.assert_admitting(parent)
-        depth = self.child_depth(parent)
+        depth = self.config.child_depth(parent)
         child_id = new_child_id()
-        descriptor = self.descriptor("continuable", label, spawn_call_id)
+        descriptor = self.config.descriptor("continuable", label, spawn_call_id)
         header = make_header(
             child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth,
             cwd=parent.header.get("cwd"),
@@ -259,33 +247,9 @@ class ContinuationManager:
 
         return await self.locks.run(child_id, op)
 
-    async def create_child_agent(
-        self, header: dict[str, Any], descriptor: dict[str, Any], mode: AgentMode
-    ) -> Agent:
-        """Create the durable child session (descriptor first, §8.2) and its registered agent."""
-        assert self.factory is not None, "the manager needs an agent factory"
-        session = await self.store.create(header)
-        try:
-            # The agent exists before the descriptor is appended so that observers attached by the
-            # factory (e.g. `--json`) see every event of the session; nothing runs until a send.
-            if self.descriptor_hook is not None:
-                self.descriptor_hook(session.id, descriptor)
-            agent = self.factory(session, mode)
-            session.append("subagent/descriptor", descriptor)
-            self.registry.register(agent)
-        except BaseException:
-            await self.store.close(session)
-            raise
-        return agent
-
     # -- followup (§8.7) ------------------------------------------------------------------
     async def followup(
-        self,
-        parent: Agent,
-        child_id: str,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        signal: AbortSignal,
+        self, parent: Agent, child_id: str, content: Content, source: dict[str, Any], signal: AbortSignal
     ) -> str:
         self.assert_admitting(parent)
 
@@ -309,12 +273,7 @@ class ContinuationManager:
             signal.throw_if_aborted()
 
     async def _cold_resume(
-        self,
-        parent: Agent,
-        child_id: str,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        signal: AbortSignal,
+        self, parent: Agent, child_id: str, content: Content, source: dict[str, Any], signal: AbortSignal
     ) -> str:
         if not is_valid_session_id(child_id):
             raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id)
@@ -341,25 +300,16 @@ class ContinuationManager:
 
     # -- materialization (§8.8) -----------------------------------------------------------
     async def _materialize(
-        self,
-        parent: Agent,
-        signal: AbortSignal,
-        *,
-        header: dict[str, Any] | None = None,
-        session: Session | None = None,
-        descriptor: dict[str, Any],
+        self, parent: Agent, signal: AbortSignal, *, descriptor: dict[str, Any],
+        header: dict[str, Any] | None = None, session: Session | None = None,
     ) -> Activation:
         self.assert_admitting(parent)
         with self.pending(parent):
             if session is None:
                 assert header is not None
-                agent = await self.create_child_agent(header, descriptor, "continuable")
+                agent = await self.agents.create(header, descriptor, "continuable")
             else:
-                try:
-                    agent = self.adopt_session(session, descriptor)
-                except BaseException:
-                    await self.store.close(session)
-                    raise
+                agent = await self.agents.adopt_or_close(session, descriptor)
             child_id = agent.id
             # The epoch is a durable fact (epochs.py): its number and start are read back from the
             # child's log after a crash, so the notice it owes keeps one id across processes.
@@ -393,15 +343,6 @@ class ContinuationManager:
             self.start_watcher(a)
             return a
 
-    def adopt_session(self, session: Session, descriptor: dict[str, Any]) -> Agent:
-        """A loaded continuable session gets its registered Agent; the caller owns the session."""
-        assert self.factory is not None, "the manager needs an agent factory"
-        if self.descriptor_hook is not None:
-            self.descriptor_hook(session.id, descriptor)
-        agent = self.factory(session, "continuable")
-        self.registry.register(agent)
-        return agent
-
     def watch_inbox(self, a: Activation) -> None:
         """Claims and discards of accepted ids make the watcher re-decide (§8.8 step 4)."""
         agent = a.agent
@@ -409,6 +350,7 @@ class ContinuationManager:
         agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
 
     def start_watcher(self, a: Activation) -> None:
+        """Residency is complete (interrupts act from now); `teardown.watch` decides its end."""
         a.resident = True
         a.watcher = asyncio.create_task(watch(self, a), name=f"watcher:{a.child_id}")
         a.watcher.add_done_callback(_log_failure)
@@ -424,12 +366,7 @@ class ContinuationManager:
 
     # -- submission (§8.9) ----------------------------------------------------------------
     async def _submit_materialized(
-        self,
-        a: Activation,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        parent: Agent,
-        signal: AbortSignal,
+        self, a: Activation, content: Content, source: dict[str, Any], parent: Agent, signal: AbortSignal
     ) -> str:
         try:
             return self._submit_admitted(a, content, source, parent, signal)
@@ -441,12 +378,7 @@ class ContinuationManager:
             raise
 
     def _submit_admitted(
-        self,
-        a: Activation,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        parent: Agent,
-        signal: AbortSignal,
+        self, a: Activation, content: Content, source: dict[str, Any], parent: Agent, signal: AbortSignal
     ) -> str:
         # Sync span S4, the final cutoff: a delivery either lands in a live inbox or sees an open
         # disposal. No await may appear in this function.

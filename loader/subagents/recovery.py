@@ -239,7 +239,7 @@ def install_recovered(
     """A resumed descendant becomes resident under its live parent (recovery.py); synchronous,
     so a whole tree is installed before any of it runs. With `owed`, the residency continues that
     epoch (same number, terminal facts from its marker), so it sends that epoch's one notice."""
-    agent = m.adopt_session(session, descriptor)
+    agent = m.agents.adopt(session, descriptor)
     events = agent.session.events
     if owed is not None:
         epoch, boundary = owed.epoch, owed.start
