@@ -2,13 +2,11 @@
 children.
 
 The child's inbox is the only queue. The manager decides *where* a delivery lands (a live inbox, or a
-cold resume that opens a new epoch) and *when* an Activation may end (the watcher, §8.10). Teardown,
-drains and the settlement tail live in `teardown.py`; one-shot children in `oneshot.py`.
-
-Invariants:
-- `activations[id].disposal is None` for every Activation still admitting deliveries;
-- every entry of `owned_children` names an Activation that is still in `activations`;
-- a delivery either lands in a live inbox (S4) or waits for full release and cold-resumes.
+cold resume that opens a new epoch) and *when* an Activation may end (the watcher, §8.10). It is the
+one writer of its state: teardown, drains and the watcher (`teardown.py`), the settlement notice
+(`notice.py`) and crash recovery (`recovery.py`) change it only through the methods below, each of
+which names the invariant it keeps. One-shot children live in `oneshot.py`; the header checks of a
+cold resume in `coldresume.py`.
 """
 
 from __future__ import annotations
@@ -17,20 +15,23 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from loader.abort import AbortSignal
 from loader.agent import Agent, user_message
 from loader.emitter import Emitter
-from loader.errors import ConfigError, DshError, SessionError
 from loader.ids import is_valid_session_id, new_child_id
 from loader.session import Session, make_header
-from loader.subagents.activation import Activation, state_of
+from loader.subagents.activation import Activation
+from loader.subagents.coldresume import read_resumable
+from loader.subagents.config import AgentFactory, ManagerConfig, Materialization
 from loader.subagents.epochs import EPOCH_EVENT, next_epoch
 from loader.subagents.errors import err
 from loader.subagents.lock import ChildLock
+from loader.subagents.materialize import ChildAgents
+from loader.subagents.teardown import dispose, watch
 
 if TYPE_CHECKING:
     from loader.agent import AgentRegistry
@@ -40,36 +41,7 @@ __all__ = ["AgentFactory", "ContinuationManager", "ManagerConfig", "Materializat
 
 logger = logging.getLogger(__name__)
 
-AgentMode = Literal["root", "continuable", "one-shot"]
-
-
-class AgentFactory(Protocol):
-    """Builds an Agent for a session with the tools its shape may see (§8.1); supplied by headless."""
-
-    def __call__(self, session: Session, mode: AgentMode) -> Agent: ...
-
-
-REPORT_DELIVERIES = ("wakeup", "quiet")
-
-
-@dataclass(frozen=True)
-class ManagerConfig:
-    max_depth: int = 3
-    report_delivery: Literal["wakeup", "quiet"] = "wakeup"
-    model: str | None = None
-
-    def __post_init__(self) -> None:
-        # §11.1 / §24 item 1: exactly these two spellings; anything else is a configuration error.
-        if self.report_delivery not in REPORT_DELIVERIES:
-            raise ConfigError(
-                f"subagents.reportDelivery: expected 'wakeup' or 'quiet', got {self.report_delivery!r}"
-            )
-
-
-@dataclass(eq=False)
-class Materialization:
-    lineage: list[Agent]
-    settled: asyncio.Future[None]
+Content = str | list[dict[str, Any]]
 
 
 class _Lost:
@@ -77,16 +49,36 @@ class _Lost:
 
 
 LOST = _Lost()
-KEEP = object()
 
 
 @dataclass
 class _Counters:
-    epochs: dict[str, int] = field(default_factory=dict)
-    settled: dict[str, int] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)  # child id -> latest epoch resident here
 
 
 class ContinuationManager:
+    """Residency and admission of continuable children (§8): which child is loaded, which delivery
+    may land in which inbox, and when an Activation may end.
+
+    Fields and the invariants they keep (only this class's methods write them):
+    - `activations[child_id]` is the child's current residency; an entry exists from the
+      materialization (or recovery install) that opened the epoch until span S6 removes it
+      (`remove_activation`), and `disposal is None` exactly while it still admits deliveries (S4
+      checks it; S5 sets it through `open_disposal`).
+    - every id in some `activations[p].owned_children` names a child still in `activations`
+      (`release_ownership` runs in S6 right after the notice), so an owner reads `waiting` and never
+      settles while a child it owns is resident.
+    - `materializations` holds every cold resume or start still between its first await and its
+      first delivery; quiescence (S11) reads RUNNING while it is non-empty.
+    - `draining` only ever goes False -> True (`start_draining`, S10, before the first await); once
+      True, and for every agent under a root in `closing_scopes` (`close_scope`), `closing_for`
+      refuses new work. A scope lasts until that exact root Agent leaves the registry.
+    - `counters.epochs[child_id]` is the epoch of the child's latest residency in this process.
+    - `offline_deliveries` holds the durable notice writes into parents not live here that are
+      still running (`track_offline`); shutdown awaits them.
+    - `locks` serializes operations per child id.
+    """
+
     def __init__(
         self,
         *,
@@ -98,9 +90,8 @@ class ContinuationManager:
     ) -> None:
         self.registry = registry
         self.store = store
-        self.factory = factory
         self.config = config or ManagerConfig()
-        self.descriptor_hook = descriptor_hook
+        self.agents = ChildAgents(store, registry, factory, descriptor_hook)
         self.activations: dict[str, Activation] = {}
         self.materializations: set[Materialization] = set()
         self.locks = ChildLock()
@@ -122,6 +113,46 @@ class ContinuationManager:
     def _forget_scope(self, payload: dict[str, Any]) -> None:
         # The scope closes until *that exact* root Agent leaves the registry (§8.4).
         self.closing_scopes.pop(payload["agent"], None)
+
+    # -- the writes (each keeps one invariant of the class docstring) ----------------------
+    def install_activation(self, a: Activation) -> None:
+        """The epoch's residency begins: `a` becomes the child's one entry in `activations`."""
+        self.counters.epochs[a.child_id] = a.epoch
+        self.activations[a.child_id] = a
+
+    def remove_activation(self, a: Activation) -> None:
+        """S6 step 11 (or a rollback): the residency ends; a newer residency's entry is kept."""
+        if self.activations.get(a.child_id) is a:
+            del self.activations[a.child_id]
+
+    def open_disposal(self, a: Activation, done: asyncio.Future[None]) -> None:
+        """S5 steps 0-1, the admission cutoff: from here S4 refuses `a`; its watcher re-decides."""
+        assert a.disposal is None, "a disposal opens once (it is memoized)"
+        a.disposal = done
+        self.poke(a)
+
+    def start_draining(self) -> None:
+        """S10 of a manager-wide drain: admission closes for good (False -> True, never back)."""
+        self.draining = True
+        self.pulse()
+
+    def close_scope(self, root: Agent, members: Iterable[Agent]) -> None:
+        """S10 of a scoped drain: `root`'s subtree refuses new work until `root` is disposed."""
+        self.closing_scopes.setdefault(root, set()).update(members)
+
+    def track_offline(self, task: asyncio.Task[None]) -> None:
+        """A durable notice write into a parent not live here; shutdown awaits it (notice.py)."""
+        self.offline_deliveries.add(task)
+        task.add_done_callback(self.offline_deliveries.discard)
+
+    # -- facts for notice.py and teardown.py ----------------------------------------------
+    def live_agent(self, session_id: str) -> Agent | None:
+        return self.registry.get(session_id)
+
+    def own_activation(self, agent: Agent) -> Activation | None:
+        """`agent`'s current residency, if `agent` is the resident Agent of its id."""
+        a = self.activations.get(agent.id)
+        return a if a is not None and a.agent is agent else None
 
     # -- admission (§8.5) -----------------------------------------------------------------
     def live_lineage(self, agent: Agent) -> list[Agent]:
@@ -185,29 +216,21 @@ class ContinuationManager:
             raise
         self.poke(a)
 
+    def admit_restored(self, a: Activation, message_ids: Iterable[str], resume: Callable[[], object]) -> None:
+        """Restored pending items count as accepted waking work before the driver resumes them."""
+        a.accepted.update(message_ids)
+        resume()
+        self.poke(a)
+
     # -- start (§8.6) ---------------------------------------------------------------------
-    def child_depth(self, parent: Agent) -> int:
-        depth = int(parent.header.get("delegationDepth", 0)) + 1
-        if depth > self.config.max_depth:
-            raise err("DEPTH_EXCEEDED", "T-ERR-DEPTH", depth=depth, max=self.config.max_depth)
-        return depth
-
-    def descriptor(self, mode: str, label: str, spawn_call_id: str | None) -> dict[str, Any]:
-        d: dict[str, Any] = {"version": 1, "mode": mode, "provider": "spawn", "label": label}
-        if self.config.model:
-            d["model"] = self.config.model
-        if spawn_call_id:
-            d["spawnCallId"] = spawn_call_id
-        return d
-
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
     ) -> tuple[str, str]:
         """Resolves at inbox acceptance of the prompt; afterwards the caller's signal is irrelevant."""
         self.assert_admitting(parent)
-        depth = self.child_depth(parent)
+        depth = self.config.child_depth(parent)
         child_id = new_child_id()
-        descriptor = self.descriptor("continuable", label, spawn_call_id)
+        descriptor = self.config.descriptor("continuable", label, spawn_call_id)
         header = make_header(
             child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth,
             cwd=parent.header.get("cwd"),
@@ -224,33 +247,9 @@ class ContinuationManager:
 
         return await self.locks.run(child_id, op)
 
-    async def create_child_agent(
-        self, header: dict[str, Any], descriptor: dict[str, Any], mode: AgentMode
-    ) -> Agent:
-        """Create the durable child session (descriptor first, §8.2) and its registered agent."""
-        assert self.factory is not None, "the manager needs an agent factory"
-        session = await self.store.create(header)
-        try:
-            # The agent exists before the descriptor is appended so that observers attached by the
-            # factory (e.g. `--json`) see every event of the session; nothing runs until a send.
-            if self.descriptor_hook is not None:
-                self.descriptor_hook(session.id, descriptor)
-            agent = self.factory(session, mode)
-            session.append("subagent/descriptor", descriptor)
-            self.registry.register(agent)
-        except BaseException:
-            await self.store.close(session)
-            raise
-        return agent
-
     # -- followup (§8.7) ------------------------------------------------------------------
     async def followup(
-        self,
-        parent: Agent,
-        child_id: str,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        signal: AbortSignal,
+        self, parent: Agent, child_id: str, content: Content, source: dict[str, Any], signal: AbortSignal
     ) -> str:
         self.assert_admitting(parent)
 
@@ -274,38 +273,16 @@ class ContinuationManager:
             signal.throw_if_aborted()
 
     async def _cold_resume(
-        self,
-        parent: Agent,
-        child_id: str,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        signal: AbortSignal,
+        self, parent: Agent, child_id: str, content: Content, source: dict[str, Any], signal: AbortSignal
     ) -> str:
         if not is_valid_session_id(child_id):
             raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id)
         # A cold resume counts as a materialization from its first await: until the Activation
         # exists, this entry is what keeps the runner's quiescence check (S11) from reading DONE.
         with self.pending(parent):
-            try:
-                if self.store.inline_io:  # replay: no thread decides the order (SPEC §26 item 1)
-                    found = self.store.read(child_id)
-                else:
-                    found = await asyncio.to_thread(self.store.read, child_id)
-            except SessionError as exc:
-                signal.throw_if_aborted()
-                raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
-            signal.throw_if_aborted()
-            self.assert_admitting(parent)
-            # Authorize against the header read-only, before anything is written or repaired (§22).
-            if found.header.get("parentSession") != parent.id:
-                raise err("UNAUTHORIZED", "T-ERR-NOT-PARENT", id=child_id)
-            descriptor = next((e["data"] for e in found.events if e["type"] == "subagent/descriptor"), None)
-            if descriptor is None or descriptor.get("mode") != "continuable":
-                raise err("NOT_RESUMABLE", "T-ERR-NOT-CONTINUABLE", id=child_id)
-            try:
-                session = await self.store.load(child_id)
-            except DshError as exc:
-                raise err("NOT_RESUMABLE", "T-ERR-NOT-FOUND", id=child_id) from exc
+            session, descriptor = await read_resumable(
+                self.store, parent, child_id, signal, lambda: self.assert_admitting(parent)
+            )
             a = await self._materialize(parent, signal, session=session, descriptor=descriptor)
             return await self._submit_materialized(a, content, source, parent, signal)
 
@@ -323,34 +300,20 @@ class ContinuationManager:
 
     # -- materialization (§8.8) -----------------------------------------------------------
     async def _materialize(
-        self,
-        parent: Agent,
-        signal: AbortSignal,
-        *,
-        header: dict[str, Any] | None = None,
-        session: Session | None = None,
-        descriptor: dict[str, Any],
+        self, parent: Agent, signal: AbortSignal, *, descriptor: dict[str, Any],
+        header: dict[str, Any] | None = None, session: Session | None = None,
     ) -> Activation:
         self.assert_admitting(parent)
         with self.pending(parent):
             if session is None:
                 assert header is not None
-                agent = await self.create_child_agent(header, descriptor, "continuable")
+                agent = await self.agents.create(header, descriptor, "continuable")
             else:
-                assert self.factory is not None, "the manager needs an agent factory"
-                if self.descriptor_hook is not None:
-                    self.descriptor_hook(session.id, descriptor)
-                try:
-                    agent = self.factory(session, "continuable")
-                    self.registry.register(agent)
-                except BaseException:
-                    await self.store.close(session)
-                    raise
+                agent = await self.agents.adopt_or_close(session, descriptor)
             child_id = agent.id
             # The epoch is a durable fact (epochs.py): its number and start are read back from the
             # child's log after a crash, so the notice it owes keeps one id across processes.
             epoch = next_epoch(agent.session.events)
-            self.counters.epochs[child_id] = epoch
             a = Activation(
                 child_id=child_id,
                 parent_session=parent.id,
@@ -359,7 +322,7 @@ class ContinuationManager:
                 boundary=len(agent.session.events),
                 epoch=epoch,
             )
-            self.activations[child_id] = a
+            self.install_activation(a)
             self.pulse()
             try:
                 agent.session.append(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
@@ -373,8 +336,7 @@ class ContinuationManager:
             except BaseException:
                 # Roll back: no notice and no end edge for an epoch that never accepted work.
                 await agent.dispose()
-                if self.activations.get(child_id) is a:
-                    del self.activations[child_id]
+                self.remove_activation(a)
                 self.release_ownership(child_id)
                 self.pulse()
                 raise
@@ -388,8 +350,9 @@ class ContinuationManager:
         agent.add_cleanup(agent.events.on("agent/inbox/discarded", self._unaccept(a)))
 
     def start_watcher(self, a: Activation) -> None:
+        """Residency is complete (interrupts act from now); `teardown.watch` decides its end."""
         a.resident = True
-        a.watcher = asyncio.create_task(self._watch(a), name=f"watcher:{a.child_id}")
+        a.watcher = asyncio.create_task(watch(self, a), name=f"watcher:{a.child_id}")
         a.watcher.add_done_callback(_log_failure)
 
     def _unaccept(self, a: Activation) -> Callable[[dict[str, Any]], None]:
@@ -403,12 +366,7 @@ class ContinuationManager:
 
     # -- submission (§8.9) ----------------------------------------------------------------
     async def _submit_materialized(
-        self,
-        a: Activation,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        parent: Agent,
-        signal: AbortSignal,
+        self, a: Activation, content: Content, source: dict[str, Any], parent: Agent, signal: AbortSignal
     ) -> str:
         try:
             return self._submit_admitted(a, content, source, parent, signal)
@@ -420,12 +378,7 @@ class ContinuationManager:
             raise
 
     def _submit_admitted(
-        self,
-        a: Activation,
-        content: str | list[dict[str, Any]],
-        source: dict[str, Any],
-        parent: Agent,
-        signal: AbortSignal,
+        self, a: Activation, content: Content, source: dict[str, Any], parent: Agent, signal: AbortSignal
     ) -> str:
         # Sync span S4, the final cutoff: a delivery either lands in a live inbox or sees an open
         # disposal. No await may appear in this function.
@@ -443,42 +396,8 @@ class ContinuationManager:
         a.announced = True
         return str(message["id"])
 
-    # -- the watcher (§8.10) --------------------------------------------------------------
-    async def _watch(self, a: Activation) -> None:
-        from loader.subagents.teardown import dispose
-
-        while a.disposal is None:
-            poked = a.poke
-            idle = asyncio.ensure_future(a.agent.when_idle())
-            try:
-                await asyncio.wait({idle, poked}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not idle.done():
-                    idle.cancel()
-            if a.disposal is not None:
-                return
-
-            async def decide() -> Any:
-                # Sync span S7 (inside the child lock): a concurrent delivery either won admission
-                # already or waits for the release.
-                if a.disposal is not None or state_of(a) != "settled":
-                    return KEEP
-                return dispose(self, a)
-
-            decision = await self.locks.run(a.child_id, decide)
-            if decision is KEEP:
-                if a.agent.status != "running":
-                    await poked  # waiting on children, or parked
-                continue
-            try:
-                await decision
-            except Exception:
-                pass  # logged by the disposal transaction (T-LOG-TEARDOWN-FAILED)
-            return
-
     def dispose(self, a: Activation) -> asyncio.Future[None]:
-        from loader.subagents.teardown import dispose
-
+        """The memoized disposal transaction of `a` (teardown.py, §8.11)."""
         return dispose(self, a)
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from loader.agent import text_block, user_message
+from loader.agent import Inbox, Message, text_block, user_message
 from loader.agent.fold import STOP_REASONS
 from loader.errors import SessionError, error_chain
 from loader.subagents.epochs import holds_message, notice_id
@@ -27,13 +28,38 @@ from loader.texts import TEXTS, render
 if TYPE_CHECKING:
     from loader.agent import Agent
     from loader.subagents.activation import Activation
-    from loader.subagents.manager import ContinuationManager
+    from loader.session import SessionStore
+    from loader.subagents.lock import ChildLock
 
-__all__ = ["SUMMARY_LIMIT", "deliver_live", "deliver_offline", "notify_settlement", "render_settlement_notice", "settlement_message"]
+__all__ = [
+    "SUMMARY_LIMIT",
+    "NoticeHost",
+    "deliver_live",
+    "deliver_offline",
+    "notify_settlement",
+    "render_settlement_notice",
+    "settlement_message",
+]
 
 logger = logging.getLogger(__name__)
 
 SUMMARY_LIMIT = 120
+
+
+class NoticeHost(Protocol):
+    """What delivering a notice reads of the continuation manager (facts about the parent) and the
+    two things it may ask of it: a waking send into a resident parent, and tracking a durable write
+    into a parent that is not live here."""
+
+    @property
+    def store(self) -> SessionStore: ...
+    @property
+    def locks(self) -> ChildLock: ...
+    def live_agent(self, session_id: str) -> Agent | None: ...
+    def own_activation(self, agent: Agent) -> Activation | None: ...
+    def closing_for(self, agent: Agent) -> str | None: ...
+    def admit_waking(self, a: Activation, message_id: str, send: Callable[[], object]) -> None: ...
+    def track_offline(self, task: asyncio.Task[None]) -> None: ...
 
 
 def render_settlement_notice(
@@ -67,10 +93,10 @@ def _summary(text: str) -> str:
 
 def settlement_message(
     child_id: str, stop_reason: str, output: list[dict[str, Any]] | None, *, epoch: int | None = None
-) -> dict[str, Any]:
+) -> Message:
     """With `epoch`, the message carries the epoch's one notice id (`notice_id`)."""
     content = render_settlement_notice(child_id, stop_reason, output)
-    source = {
+    source: dict[str, Any] = {
         "kind": "subagent-settled",
         "form": "notice",
         "summary": _summary(content[0]["text"]),
@@ -81,14 +107,14 @@ def settlement_message(
 
 
 def notify_settlement(
-    manager: ContinuationManager, a: Activation, stop_reason: str, output: list[dict[str, Any]] | None
+    manager: NoticeHost, a: Activation, stop_reason: str, output: list[dict[str, Any]] | None
 ) -> None:
     """Part of sync span S6; see §9.4 for what each parent state experiences."""
     if not a.announced:
         return  # a rolled-back materialization never accepted work
     try:
         message = settlement_message(a.child_id, stop_reason, output, epoch=a.epoch)
-        parent = manager.registry.get(a.parent_session)
+        parent = manager.live_agent(a.parent_session)
         if parent is None:
             deliver_offline(manager, a.parent_session, message)
             return
@@ -97,12 +123,11 @@ def notify_settlement(
         logger.warning(TEXTS["T-LOG-NOTICE-FAILED"].format(id=a.child_id, detail=error_chain(exc)))
 
 
-def deliver_live(manager: ContinuationManager, parent: Agent, message: dict[str, Any]) -> None:
+def deliver_live(manager: NoticeHost, parent: Agent, message: Message) -> None:
     """§9.2 steps 4–5; synchronous, so it can run inside span S6. Raises what the send raises."""
     if holds_message(parent.session.events, message["id"]):
         return  # delivered by an earlier process (a crash between the notice and the release)
-    pa = manager.activations.get(parent.id)
-    own = pa if pa is not None and pa.agent is parent else None
+    own = manager.own_activation(parent)
     if manager.closing_for(parent) is not None or (own is not None and own.disposal is not None):
         # A closing parent must not start a model turn for it (§24 item 3); its disposal keeps
         # the notice pending (Inbox.clear), so the next residency reads it.
@@ -117,23 +142,20 @@ def deliver_live(manager: ContinuationManager, parent: Agent, message: dict[str,
         send(message)
 
 
-def deliver_offline(manager: ContinuationManager, parent_id: str, message: dict[str, Any]) -> None:
+def deliver_offline(manager: NoticeHost, parent_id: str, message: Message) -> None:
     """Start the durable write of a notice into a parent that is not live here (issue 9 item 4)."""
     task = asyncio.get_running_loop().create_task(
         _write_offline(manager, parent_id, message), name=f"notice-offline:{parent_id}"
     )
-    manager.offline_deliveries.add(task)
-    task.add_done_callback(manager.offline_deliveries.discard)
+    manager.track_offline(task)
     task.add_done_callback(_log_failure)
 
 
-async def _write_offline(manager: ContinuationManager, parent_id: str, message: dict[str, Any]) -> None:
-    from loader.agent import Inbox
-
+async def _write_offline(manager: NoticeHost, parent_id: str, message: Message) -> None:
     async def op() -> None:
         # Under the parent's child lock: a cold resume of the parent waits for this write, and
         # then finds the notice pending in the rebuilt inbox.
-        live = manager.registry.get(parent_id)
+        live = manager.live_agent(parent_id)
         if live is not None:  # it came back in this run meanwhile: deliver as to any live parent
             deliver_live(manager, live, message)
             return
@@ -158,7 +180,8 @@ async def _write_offline(manager: ContinuationManager, parent_id: str, message: 
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning(
-            TEXTS["T-LOG-NOTICE-FAILED"].format(id=task.get_name(), detail=error_chain(task.exception()))
-        )
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        logger.warning(TEXTS["T-LOG-NOTICE-FAILED"].format(id=task.get_name(), detail=error_chain(exc)))

@@ -38,13 +38,14 @@ async def run_one_shot(
     signal: AbortSignal,
 ) -> OneShotResult:
     manager.assert_admitting(parent)
-    depth = manager.child_depth(parent)
+    depth = manager.config.child_depth(parent)
     signal.throw_if_aborted()
     child_id = new_child_id()
     header = make_header(
         child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth, cwd=parent.header.get("cwd")
     )
-    child = await manager.create_child_agent(header, manager.descriptor("one-shot", label, spawn_call_id), "one-shot")
+    descriptor = manager.config.descriptor("one-shot", label, spawn_call_id)
+    child = await manager.agents.create(header, descriptor, "one-shot")
     off: Callable[[], None] = lambda: None  # noqa: E731
     try:
         child.followup(user_message(prompt, {"kind": "user"}))

@@ -212,7 +212,7 @@ async def recover(manager: ContinuationManager, root: Agent, plan: list[Recovery
         leftovers: list[Session] = []
         # --- recovery install begin: parents own their children before anything runs ---
         for item, session in loaded:
-            parent = manager.registry.get(item.session.parent_id)
+            parent = manager.live_agent(item.session.parent_id)
             if parent is None:
                 leftovers.append(session)
                 continue
@@ -239,18 +239,13 @@ def install_recovered(
     """A resumed descendant becomes resident under its live parent (recovery.py); synchronous,
     so a whole tree is installed before any of it runs. With `owed`, the residency continues that
     epoch (same number, terminal facts from its marker), so it sends that epoch's one notice."""
-    assert m.factory is not None, "the manager needs an agent factory"
-    if m.descriptor_hook is not None:
-        m.descriptor_hook(session.id, descriptor)
-    agent = m.factory(session, "continuable")
-    m.registry.register(agent)
+    agent = m.agents.adopt(session, descriptor)
     events = agent.session.events
     if owed is not None:
         epoch, boundary = owed.epoch, owed.start
     else:
         epoch, boundary = next_epoch(events), len(events)
         agent.session.append(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
-    m.counters.epochs[agent.id] = epoch
     a = Activation(
         child_id=agent.id,
         parent_session=parent.id,
@@ -260,7 +255,7 @@ def install_recovered(
         epoch=epoch,
         announced=True,  # it continues accepted work, holds restored work, or owns children that do
     )
-    m.activations[agent.id] = a
+    m.install_activation(a)
     m.acquire_ownership(parent, agent.id)
     m.watch_inbox(a)
     m.events.emit("subagent/start", {"sessionId": agent.id, "parentSessionId": parent.id, "epoch": epoch})
@@ -274,9 +269,7 @@ def wake_restored(manager: ContinuationManager, a: Activation) -> None:
     agent = a.agent
     pending = [m["id"] for m in (*agent.inbox.next_step, *agent.inbox.next_turn)]
     if pending:
-        a.accepted.update(pending)
-        agent.resume_pending()
-        manager.poke(a)
+        manager.admit_restored(a, pending, agent.resume_pending)
     elif turn_cut_off(agent.session.events):
         message = continuation_message()
         manager.admit_waking(a, message["id"], lambda: agent.followup(message))

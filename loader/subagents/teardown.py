@@ -10,33 +10,90 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Set
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loader.agent import epoch_stop_reason, final_output, fold_consumed_work
 from loader.errors import SubagentError, error_chain
+from loader.subagents.activation import state_of
 from loader.subagents.errors import err
-from loader.subagents.notice import notify_settlement
+from loader.subagents.notice import NoticeHost, notify_settlement
 from loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
     from loader.agent import Agent
+    from loader.emitter import Emitter
     from loader.subagents.activation import Activation
-    from loader.subagents.manager import ContinuationManager
+    from loader.subagents.config import Materialization
 
-__all__ = ["dispose", "drain", "drain_children", "drain_descendants"]
+__all__ = ["Residency", "dispose", "drain", "drain_children", "drain_descendants", "watch"]
 
 logger = logging.getLogger(__name__)
 
 
-def dispose(m: ContinuationManager, a: Activation) -> asyncio.Future[None]:
+class Residency(NoticeHost, Protocol):
+    """What teardown reads of the continuation manager and the writes it asks of it; the manager
+    (manager.py) is the one implementation, and each write method states the invariant it keeps."""
+
+    @property
+    def activations(self) -> Mapping[str, Activation]: ...
+    @property
+    def materializations(self) -> Set[Materialization]: ...
+    @property
+    def events(self) -> Emitter: ...
+    def live_lineage(self, agent: Agent) -> list[Agent]: ...
+    def pulse(self) -> None: ...
+    def poke(self, a: Activation) -> None: ...
+    def open_disposal(self, a: Activation, done: asyncio.Future[None]) -> None: ...
+    def remove_activation(self, a: Activation) -> None: ...
+    def release_ownership(self, child_id: str) -> None: ...
+    def start_draining(self) -> None: ...
+    def close_scope(self, root: Agent, members: Iterable[Agent]) -> None: ...
+
+
+_KEEP = object()
+
+
+async def watch(m: Residency, a: Activation) -> None:
+    """The watcher (§8.10): dispose `a` once it reads settled under its child lock."""
+    while a.disposal is None:
+        poked = a.poke
+        idle = asyncio.ensure_future(a.agent.when_idle())
+        try:
+            await asyncio.wait({idle, poked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not idle.done():
+                idle.cancel()
+        if a.disposal is not None:
+            return
+
+        async def decide() -> Any:
+            # Sync span S7 (inside the child lock): a concurrent delivery either won admission
+            # already or waits for the release.
+            if a.disposal is not None or state_of(a) != "settled":
+                return _KEEP
+            return dispose(m, a)
+
+        decision = await m.locks.run(a.child_id, decide)
+        if decision is _KEEP:
+            if a.agent.status != "running":
+                await poked  # waiting on children, or parked
+            continue
+        try:
+            await decision
+        except Exception:
+            pass  # logged by the disposal transaction (T-LOG-TEARDOWN-FAILED)
+        return
+
+
+def dispose(m: Residency, a: Activation) -> asyncio.Future[None]:
     if a.disposal is not None:
         return a.disposal
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     done.add_done_callback(_retrieve)
     # --- S5 begin: cancellation propagates top-down atomically ---
-    a.disposal = done  # (0) the admission cutoff
-    m.poke(a)  # (1)
+    m.open_disposal(a, done)  # (0) the admission cutoff, (1) poke
     a.agent.cancel({"kind": "parent"})  # (2) clears the inbox durably, aborts the turn
     idle = asyncio.ensure_future(a.agent.when_idle())  # (3) a task, so the wait starts now
     children = [
@@ -64,7 +121,7 @@ def _settle_on_crash(task: asyncio.Task[None], done: asyncio.Future[None]) -> No
 
 
 async def _transaction(
-    m: ContinuationManager,
+    m: Residency,
     a: Activation,
     idle: asyncio.Future[None],
     children: list[asyncio.Future[None]],
@@ -104,12 +161,10 @@ async def _transaction(
         logger.warning(TEXTS["T-LOG-TEARDOWN-FAILED"].format(id=a.child_id, detail=detail))
         stop_reason, output = "error", None
     # --- S6 begin: no observer can see "no Activation and no notice" ---
-    if m.activations.get(a.child_id) is a:
-        del m.activations[a.child_id]  # (11)
+    m.remove_activation(a)  # (11)
     notify_settlement(m, a, stop_reason, output)  # (12) rule "send before release_ownership"
     m.release_ownership(a.child_id)  # (13)
     # --- S6 end ---
-    m.counters.settled[a.child_id] = m.counters.settled.get(a.child_id, 0) + 1
     edge: dict[str, Any] = {
         "sessionId": a.child_id,
         "parentSessionId": a.parent_session,
@@ -137,10 +192,9 @@ def _aggregate(results: list[Any]) -> None:
         raise SubagentError("ACTIVATION_TEARDOWN_FAILED", "; ".join(error_chain(f) for f in failures))
 
 
-async def drain(m: ContinuationManager) -> None:
+async def drain(m: Residency) -> None:
     """Manager-wide drain (shutdown)."""
-    m.draining = True  # S10: admission closes before the first await
-    m.pulse()
+    m.start_draining()  # S10: admission closes before the first await
     while m.materializations:
         await asyncio.gather(*[x.settled for x in list(m.materializations)])
     owned = {cid for a in m.activations.values() for cid in a.owned_children}
@@ -148,18 +202,19 @@ async def drain(m: ContinuationManager) -> None:
     _aggregate(await asyncio.gather(*[dispose(m, a) for a in roots], return_exceptions=True))
 
 
-async def drain_descendants(m: ContinuationManager, parents: list[Agent]) -> None:
+async def drain_descendants(m: Residency, parents: list[Agent]) -> None:
     """Scoped drain below host roots; each root stays closed until it leaves the registry."""
-    roots = [p for p in parents if m.registry.get(p.id) is p]
+    roots = [p for p in parents if m.live_agent(p.id) is p]
     # --- S10 begin ---
     targets: list[Activation] = []
     for root in roots:
-        members = m.closing_scopes.setdefault(root, set())
+        members: set[Agent] = set()
         for a in list(m.activations.values()):
             if root in a.ancestry and a.agent is not root:
                 targets.append(a)
                 members.add(a.agent)
                 members.update(m.live_lineage(a.agent))
+        m.close_scope(root, members)
     targets.sort(key=lambda a: int(a.agent.header.get("delegationDepth", 0)))  # top-down
     disposals = [dispose(m, a) for a in targets]
     # --- S10 end ---
@@ -169,9 +224,9 @@ async def drain_descendants(m: ContinuationManager, parents: list[Agent]) -> Non
     _aggregate(await asyncio.gather(*disposals, return_exceptions=True))
 
 
-async def drain_children(m: ContinuationManager, parent: Agent, ids: list[str]) -> None:
+async def drain_children(m: Residency, parent: Agent, ids: list[str]) -> None:
     """Selected drain: release some of `parent`'s own children; the parent keeps admitting."""
-    if m.registry.get(parent.id) is not parent:
+    if m.live_agent(parent.id) is not parent:
         raise err("UNAUTHORIZED", "T-ERR-STALE", aid=parent.id)
     targets: list[Activation] = []
     for cid in dict.fromkeys(ids):

@@ -221,12 +221,9 @@ async def test_prompt_from_a_live_agent_that_is_not_the_parent_is_unauthorized(s
 
 async def test_prompt_while_the_manager_drains_is_delivery_unavailable(start_run, home: Path) -> None:
     run = await start_run()
-    run.tree.manager.draining = True  # what a whole-manager drain sets first (§8.12)
-    try:
-        error = await rpc_error(home, run.root.id, "subagent.prompt",
-                                {"parentSessionId": run.root.id, "childSessionId": run.child_id, "message": "hi"})
-    finally:
-        run.tree.manager.draining = False
+    run.tree.manager.start_draining()  # what a whole-manager drain does first (§8.12)
+    error = await rpc_error(home, run.root.id, "subagent.prompt",
+                            {"parentSessionId": run.root.id, "childSessionId": run.child_id, "message": "hi"})
     assert error.details == {"childSessionId": run.child_id, "reason": "draining"}
 
 
