@@ -114,8 +114,8 @@ def run(
         result = asyncio.run(main())
     except ConfigError as exc:
         fail(exc.message, 2)
-    except DshError as exc:
-        fail(f"{exc.message} [{exc.code}]", 1)
+    except DshError as exc:  # an unsafe home or session file is the user's to fix: exit 2 (issue 15)
+        fail(f"{exc.message} [{exc.code}]", 2 if exc.code == "SESSION_UNSAFE" else 1)
     # Precedence (§17.3): a signal's 130 / 143 outranks the stop reason, in the record as in the exit.
     exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
     if json_output:

@@ -9,6 +9,7 @@ A directory a crash left before its header was published reads as never material
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -27,12 +28,15 @@ def _headers(home: Path) -> dict[str, dict[str, Any]]:
     sessions = home / "sessions"
     if not sessions.is_dir():
         return headers
+    from loader.errors import DshError
+    from loader.session import open_regular
+
     for path in sorted(sessions.glob("*/session.jsonl")):
-        try:
-            with path.open("rb") as f:
+        try:  # never a FIFO (it would hang) nor a symlink out of the home (issue 15 items 1, 4)
+            with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
                 first = f.readline()
             header = json.loads(first)
-        except (OSError, ValueError):
+        except (OSError, ValueError, DshError):
             continue
         if isinstance(header, dict) and header.get("type") == "session":
             headers[path.parent.name] = header
@@ -113,8 +117,9 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
         turns, last_end = 0, None
         try:
             events = read(root_dir / "sessions" / sid / "session.jsonl").events
-        except DshError:
-            events = []
+        except DshError as exc:  # one bad session never breaks the list (issue 15 item 3)
+            rows.append({"id": sid, "corrupt": True, "error": exc.message})
+            continue
         for event in events:
             if event["type"] == "turn/start":
                 turns += 1
@@ -137,6 +142,9 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
             say(json.dumps({"id": sid, "unmaterialized": True}, separators=(",", ":")))
         return
     for row in rows:
+        if row.get("corrupt"):
+            say(f"{row['id']}  corrupt")
+            continue
         created = datetime.fromtimestamp((row["createdAt"] or 0) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         say("  ".join([
             row["id"], created, row["parent"] or "-", row["origin"] or "root", f"turns={row['turns']}",

@@ -10,19 +10,24 @@ is one line naming the path and what to do, and exit 2:
   directories this process may write and enter; a missing home needs a writable nearest existing
   ancestor, since the store will create it.
 
-Ownership and mode checks on these directories (issue 15 item 1) belong to the store, which opens
-them; these checks only turn the common mistakes into a clear refusal. Stdlib only.
+Trusted directories (issue 15 item 1): before any write, the home, `sessions/`, `run/` and each
+session directory must be real directories (not symlinks) owned by this uid and writable by nobody
+else, or another user could delete, replace or plant sessions. `unsafe_dir_problem` is the one
+check; `check_home_writable` applies it to every existing directory of the home, and the store and
+the control server apply it again where they open one. Read-only commands skip it, so they still
+work on a read-only or shared home. Stdlib only.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from loader.errors import DshError
 from loader.texts import render
 
-__all__ = ["HomeUnusable", "check_home_readable", "check_home_writable"]
+__all__ = ["HomeUnusable", "check_home_readable", "check_home_writable", "check_trusted_dir", "unsafe_dir_problem"]
 
 _SUBDIRS = ("sessions", "run")
 
@@ -32,6 +37,29 @@ class HomeUnusable(DshError):
 
     def __init__(self, message: str) -> None:
         super().__init__("HOME_UNUSABLE", message)
+
+
+def unsafe_dir_problem(path: Path) -> str | None:
+    """One line naming `path` and the fix when it is not a directory we alone control, else None
+    (also None when it does not exist: whoever creates it makes it 0700)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return render("T-UNSAFE-NOT-DIR", path=path)
+    if st.st_uid != os.getuid():
+        return render("T-UNSAFE-OWNER", path=path, owner=st.st_uid, uid=os.getuid())
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return render("T-UNSAFE-MODE", path=path)
+    return None
+
+
+def check_trusted_dir(path: Path) -> None:
+    """`HomeUnusable` when `unsafe_dir_problem` finds one."""
+    problem = unsafe_dir_problem(path)
+    if problem is not None:
+        raise HomeUnusable(problem)
 
 
 def check_home_readable(home: Path) -> Path:
@@ -51,6 +79,7 @@ def check_home_writable(home: Path) -> Path:
         _require_writable(ancestor)
         return home
     _require_writable(home)
+    check_trusted_dir(home)
     for name in _SUBDIRS:
         sub = home / name
         if not os.path.lexists(sub):
@@ -58,6 +87,12 @@ def check_home_writable(home: Path) -> Path:
         if not sub.is_dir():
             raise HomeUnusable(render("T-CLI-HOME-NOT-DIR", path=sub))
         _require_writable(sub)
+        check_trusted_dir(sub)
+    sessions = home / "sessions"
+    if sessions.is_dir() and not sessions.is_symlink():
+        for entry in sorted(os.scandir(sessions), key=lambda e: e.name):
+            if entry.is_symlink() or entry.is_dir(follow_symlinks=False):  # a stray file plants nothing
+                check_trusted_dir(Path(entry.path))
     return home
 
 

@@ -123,6 +123,10 @@ TEXTS: dict[str, str] = {
     "T-CLI-BUDGET": "dsh: the run budget for {kind} was exhausted; raise it with --max-{kind} or limits in config",
     "T-CLI-HOME-NOT-DIR": "{path} is not a directory; give --home (or DSH_HOME) a directory",
     "T-CLI-HOME-READ-ONLY": "cannot write under {path}; give --home (or DSH_HOME) a writable directory",
+    "T-UNSAFE-OWNER": "{path} is owned by uid {owner}, not by you (uid {uid}); fix: chown {uid} {path}",
+    "T-UNSAFE-MODE": "{path} is group- or world-writable; fix: chmod 700 {path}",
+    "T-UNSAFE-NOT-DIR": "{path} is not a directory (a symlink or a special file); fix: remove it",
+    "T-UNSAFE-FILE": "{path} is {kind}, not a regular file; refusing to open it (fix: remove it)",
     "T-CLI-FENCES": (
         "transcript {file} declares fences, which only run under the test profile or the pytest plugin"
     ),

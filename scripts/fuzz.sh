@@ -11,7 +11,7 @@
 # shrunk input; a case over the 5 s deadline fails it as DeadlineExceeded (a hang).
 set -eu
 cd "$(dirname "$0")/.."
-tests="${FUZZ_TESTS:-tests/cli/test_fuzz_yaml.py tests/cli/test_fuzz_ids.py tests/cli/test_fuzz_env.py tests/cli/test_fuzz_rpc.py}"
+tests="${FUZZ_TESTS:-tests/cli/test_fuzz_yaml.py tests/cli/test_fuzz_ids.py tests/cli/test_fuzz_env.py tests/cli/test_fuzz_rpc.py tests/session/test_fuzz_sessions.py}"
 # shellcheck disable=SC2086  # $tests is a list of paths
 HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-fuzz}" exec python -m pytest -q -p no:cacheprovider \
     --hypothesis-show-statistics $tests "$@"

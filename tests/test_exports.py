@@ -30,7 +30,7 @@ SURFACES = {
     "loader.session": [
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "PruneOutcome", "REQUEUED", "ReadResult", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
-        "make_header", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ],
     "loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",

@@ -10,6 +10,7 @@ modules below.
 
 from __future__ import annotations
 
+from loader.session._fileio import open_regular
 from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
 from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
 from loader.session.session import Session
@@ -33,6 +34,7 @@ __all__ = [
     "interrupted_turn_closers",
     "is_unmaterialized",
     "make_header",
+    "open_regular",
     "prune_unmaterialized",
     "read",
     "replay_inbox",

@@ -27,14 +27,18 @@ of them or copy the directory to see what a kill there would leave.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Literal, Protocol
 
 from loader.errors import SessionError
+from loader.homedir import unsafe_dir_problem
+from loader.texts import render
 
 __all__ = [
     "CREATE_STEPS",
@@ -45,7 +49,9 @@ __all__ = [
     "append_batch",
     "create_session_file",
     "fsync_dir",
+    "check_dirs",
     "lock_exclusive",
+    "open_regular",
     "write_all",
 ]
 
@@ -87,6 +93,34 @@ class StoreIO(Protocol):
         ...
 
 
+def open_regular(path: Path, flags: int) -> int:
+    """`os.open` of a session file that refuses symlinks and anything but a regular file (issue 15
+    items 1, 4): `O_NOFOLLOW` keeps a planted link from sending a truncate or append outside the
+    home, `O_NONBLOCK` keeps a FIFO from hanging the open, and the check is on the open descriptor,
+    so the path cannot be swapped in between. Refusals are `SESSION_UNSAFE`."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SessionError("SESSION_UNSAFE", render("T-UNSAFE-FILE", path=path, kind="a symbolic link")) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
+        raise SessionError("SESSION_UNSAFE", render("T-UNSAFE-FILE", path=path, kind=kind))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def check_dirs(*directories: Path) -> None:
+    """`SESSION_UNSAFE` unless each existing directory is ours alone (issue 15 item 1); before any write."""
+    for directory in directories:
+        problem = unsafe_dir_problem(directory)
+        if problem is not None:
+            raise SessionError("SESSION_UNSAFE", problem)
+
+
 class FileIO:
     """The real `StoreIO`. Subclass it in tests to inject failures (override `write`)."""
 
@@ -94,7 +128,7 @@ class FileIO:
         return os.stat(path).st_size
 
     def write(self, path: Path, data: bytes, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
         try:
             write_all(fd, data)
             if fsync:
@@ -103,7 +137,7 @@ class FileIO:
             os.close(fd)
 
     def truncate(self, path: Path, size: int, fsync: bool) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = open_regular(path, os.O_WRONLY)
         try:
             os.ftruncate(fd, size)
             if fsync:
@@ -193,7 +227,8 @@ def _create_once(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: 
             os.mkdir(d, DIR_MODE)
         except FileExistsError:
             pass
-    if path.exists():
+    check_dirs(directory.parent.parent, directory.parent, directory)  # home, sessions/, the session
+    if os.path.lexists(path):
         raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
     temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
     io.create_step("open-temp", directory)

@@ -18,6 +18,7 @@ from typing import Any
 
 from loader.errors import SessionError
 from loader.ids import is_valid_session_id
+from loader.session.shapes import data_problem
 from loader.session.turn_end import TURN_END_KINDS
 
 __all__ = [
@@ -194,7 +195,8 @@ def validate_log(events: list[Event]) -> None:
             if open_step is not None:
                 fail(f"turn/end while step {open_step} is open", index)
             reason = data.get("reason")
-            if not isinstance(reason, dict) or reason.get("kind") not in TURN_END_KINDS:
+            kind_of = reason.get("kind") if isinstance(reason, dict) else None
+            if not isinstance(kind_of, str) or kind_of not in TURN_END_KINDS:
                 fail("turn/end reason kind is not one of §6.10", index)
             open_turn = None
         elif kind == "step/start":
@@ -236,3 +238,6 @@ def validate_log(events: list[Event]) -> None:
                 if data.get("callId") not in step_calls and not repaired:
                     fail(f"tool/result {data.get('callId')!r} without a tool/call in its step", index)
         # agent/inbox/spliced and subagent/descriptor may appear anywhere.
+        shape = data_problem(kind, data)  # issue 15 item 3: every field, not only the relations
+        if shape is not None:
+            fail(shape, index)

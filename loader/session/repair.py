@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ from loader.session.envelope import (
     header_problem,
     validate_log,
 )
+from loader.session._fileio import open_regular
+from loader.session.shapes import data_problem
 from loader.texts import render
 
 __all__ = [
@@ -104,15 +107,15 @@ def read_raw(path: Path) -> bytes:
     """The file's bytes; a missing file is SESSION_UNMATERIALIZED in an existing directory, else
     SESSION_NOT_FOUND."""
     try:
-        return path.read_bytes()
+        fd = open_regular(path, os.O_RDONLY)  # no symlink, no FIFO, no device (issue 15 items 1, 4)
     except FileNotFoundError as exc:
         if path.parent.is_dir():
             raise SessionError(
                 "SESSION_UNMATERIALIZED", f"{path.parent} holds no session file: it was never materialized"
             ) from exc
         raise SessionError("SESSION_NOT_FOUND", f"no session file at {path}") from exc
-    except IsADirectoryError as exc:
-        raise SessionError("SESSION_CORRUPT", f"{path} is a directory") from exc
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
@@ -148,6 +151,11 @@ def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
         if not ok or envelope_problem(event) is not None or event["seq"] != len(events):
             bad_at = offset
             break
+        # A complete line that parses is no torn tail: a wrong field is corruption (issue 15 item 3).
+        shape = data_problem(event["type"], event["data"]) if event["type"] in EVENT_TYPES else None
+        if shape is not None:
+            line_no = len(events) + 2  # the header is line 1
+            raise SessionError("SESSION_CORRUPT", f"{source}:{line_no}: {shape} (seq {event['seq']})")
         events.append(event)
         offset = nl + 1
 

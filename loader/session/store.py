@@ -54,7 +54,15 @@ from typing import Any, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import is_valid_session_id
-from loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file, lock_exclusive
+from loader.session._fileio import (
+    FileIO,
+    StoreIO,
+    append_batch,
+    check_dirs,
+    create_session_file,
+    lock_exclusive,
+    open_regular,
+)
 from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
 from loader.session.session import Session
@@ -358,8 +366,9 @@ class SessionStore:
     def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
         raw = read_raw(path)
         result = parse(raw, source=str(path))
-        closers = check_resumable(session_id, result)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        closers = check_resumable(session_id, result)  # every line validated before any write
+        check_dirs(self.home, self.sessions_dir, path.parent)  # issue 15 item 1: before any write
+        fd = open_regular(path, os.O_RDONLY)
         try:
             lock_exclusive(fd, session_id)
             if os.fstat(fd).st_size != len(raw):

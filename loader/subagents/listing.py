@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from loader.errors import SessionError
+from loader.session import open_regular
 from loader.subagents.activation import Activation
 
 if TYPE_CHECKING:
@@ -90,7 +92,7 @@ def _scan(session_id: str, path: Path) -> CatalogueEntry:
     header: dict[str, Any] | None = None
     descriptor: dict[str, Any] | None = None
     try:
-        with path.open("rb") as f:
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:  # no FIFO, no symlink (issue 15)
             for i, raw in enumerate(f):
                 if i >= _MAX_SCAN_LINES or not raw.endswith(b"\n"):
                     break
@@ -102,7 +104,7 @@ def _scan(session_id: str, path: Path) -> CatalogueEntry:
                 elif isinstance(line, dict) and line.get("type") == "subagent/descriptor":
                     descriptor = line.get("data")
                     break
-    except (OSError, ValueError):
+    except (OSError, ValueError, SessionError):
         pass
     return CatalogueEntry(id=session_id, header=header, descriptor=descriptor)
 
