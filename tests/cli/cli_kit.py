@@ -29,8 +29,9 @@ DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from cli.m
 LINE_BACKSTOP = 15.0
 EXIT_BACKSTOP = 20.0
 
-# Variables that would let the developer's own setup leak into a test.
-_SCRUBBED = ("DSH_HOME", "DSH_PROFILE")
+# Variables that would let the developer's own setup, or the CI runner's, leak into a test
+# (`CI=true` makes `flow --update` refuse to write snapshots).
+_SCRUBBED = ("DSH_HOME", "DSH_PROFILE", "CI")
 
 
 def clean_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str | None]:
@@ -44,7 +45,8 @@ def clean_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str | 
 def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment without `DSH_*`, and without PYTHONUNBUFFERED: `dsh run --json` must
     stream its records to a pipe by itself, as it does for a user's `| jq`."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_") and k != "PYTHONUNBUFFERED"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.upper().startswith("DSH_") and k not in ("PYTHONUNBUFFERED", *_SCRUBBED)}
     env.update(extra or {})
     return env
 
