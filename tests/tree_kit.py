@@ -1,26 +1,37 @@
-"""Helpers for tests that drive a whole agent tree (`make_tree`): reply builders, pre-step holds,
-hang and settlement events, and a spy `Agent` subclass.
+"""The one kit for tests that drive agent trees (`make_tree`, the continuation manager, whole runs).
 
-Ordering comes from facts, never from time: a hold parks a chosen (agent, turn, step) in a pre-step
-hook until the test releases it; hangs and `subagent/end` edges set events. `reach` wraps an await
-in a generous backstop so a broken ordering fails loudly instead of hanging the suite.
+Ordering comes from facts, never from time: a `Hold` parks a chosen (agent, turn, step) in a pre-step
+hook until the test releases it (or until that turn's signal aborts, so a drain never waits on a
+hold); hangs, lifecycle edges and inbox facts are observed through the runtime's own emitters.
+`reach` wraps an await in a generous backstop so a broken ordering fails loudly instead of hanging.
+
+Log readers take a *source*: an `Agent` (its in-memory log) or a list of events (`log(tree, id)`
+reads a durable one), so one helper serves live and disposed agents alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, overload
 
 from loader.abort import AbortController, AbortSignal
-from loader.agent import Agent, PreStep
+from loader.agent import Agent, PreStep, text_of
+from loader.session import FileIO, read
 
 T = TypeVar("T")
+Events = list[dict[str, Any]]
+Source = Agent | Events
 
 BACKSTOP_SECONDS = 5.0
 
 
+@overload
+async def reach(awaitable: asyncio.Event) -> None: ...
+@overload
+async def reach(awaitable: Awaitable[T]) -> T: ...
 async def reach(awaitable: Awaitable[T] | asyncio.Event) -> T | None:
     """Await a fact; the timeout is a backstop that fails the test, never a sequencing device."""
     if isinstance(awaitable, asyncio.Event):
@@ -29,13 +40,19 @@ async def reach(awaitable: Awaitable[T] | asyncio.Event) -> T | None:
     return await asyncio.wait_for(awaitable, BACKSTOP_SECONDS)
 
 
+def fresh_signal() -> AbortSignal:
+    """A caller signal that never aborts."""
+    return AbortController().signal
+
+
 # -- replies -------------------------------------------------------------------------------------
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": arguments}
 
 
-def spawn(call_id: str, label: str = "task", prompt: str = "do it", **extra: Any) -> dict[str, Any]:
-    return call(call_id, "subagent", label=label, prompt=prompt, **extra)
+def spawn(call_id: str, label: str | None = None, prompt: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One `subagent` call (background unless `run_in_background=False`); label defaults to the id."""
+    return call(call_id, "subagent", label=label or call_id, prompt=prompt or f"task of {call_id}", **extra)
 
 
 def calls(*tool_calls: dict[str, Any]) -> dict[str, Any]:
@@ -68,26 +85,43 @@ class RecordingAgent(Agent):
         return super().send(message, target, wake)
 
 
-# -- holds and watches ---------------------------------------------------------------------------
-@dataclass
+# -- holds ---------------------------------------------------------------------------------------
+@dataclass(eq=False)
 class Hold:
-    """One pre-step hold. `reached` is set when the step's hook runs; `release` lets it continue.
-    With `respect_abort` the hold also ends when the turn's signal aborts (teardown stays clean)."""
+    """Holds the pre-step `(turn, step)` of one agent (`None` matches any) until `release()`.
 
+    `reached` is set when the step's hook runs (`ctx` and `claimed` say what it saw). With
+    `respect_abort` the hold also ends when the held turn's signal aborts, so teardown stays clean."""
+
+    turn: int | None = 1
+    step: int | None = 1
     respect_abort: bool = True
     reached: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
+    ctx: PreStep | None = None
     claimed: list[dict[str, Any]] = field(default_factory=list)
 
-    async def wait(self, signal: AbortSignal) -> None:
-        release = asyncio.ensure_future(self.release.wait())
-        waits: set[asyncio.Future[Any]] = {release}
+    def release(self) -> None:
+        self.opened.set()
+
+    def matches(self, ctx: PreStep) -> bool:
+        return (self.turn is None or ctx.turn == self.turn) and (self.step is None or ctx.step == self.step)
+
+    async def hook(self, ctx: PreStep) -> None:
+        if not self.matches(ctx) or self.opened.is_set():
+            return None
+        self.ctx = ctx
+        self.claimed = list(ctx.claimed)
+        self.reached.set()
+        opened = asyncio.ensure_future(self.opened.wait())
+        waits: set[asyncio.Future[Any]] = {opened}
         if self.respect_abort:
-            waits.add(signal.wait())
+            waits.add(ctx.signal.wait())
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            release.cancel()
+            opened.cancel()
+        return None
 
 
 def maintenance_until(finish: asyncio.Event) -> Any:
@@ -103,15 +137,74 @@ def maintenance_until(finish: asyncio.Event) -> Any:
     return task
 
 
+# -- per-tree hooks by script key (install before the agents are built) --------------------------
+def key_of(tree: Any, agent: Agent) -> str | None:
+    return tree.provider.inner.agent_key_of(agent.id)
+
+
+def on_agent(tree: Any, key: str, fn: Callable[[Agent], Any]) -> None:
+    """Call `fn(agent)` for every agent the tree builds for script `key` (every epoch)."""
+
+    def install(agent: Agent) -> None:
+        if key_of(tree, agent) == key:
+            fn(agent)
+
+    tree.agent_hooks.append(install)
+
+
+def hold(tree: Any, key: str, turn: int | None = 1, step: int | None = 1) -> Hold:
+    """A `Hold` on every epoch of script `key`'s agent, installed before it is built."""
+    held = Hold(turn, step)
+    on_agent(tree, key, lambda agent: agent.pre_step.add(held.hook))
+    return held
+
+
+def agents_of(tree: Any) -> dict[str, list[Agent]]:
+    """Every agent the tree builds, by script key, in build order (one per epoch)."""
+    built: dict[str, list[Agent]] = {}
+
+    def install(agent: Agent) -> None:
+        built.setdefault(key_of(tree, agent) or "?", []).append(agent)
+
+    tree.agent_hooks.append(install)
+    return built
+
+
+@dataclass
+class Lifecycle:
+    """Records the manager's `subagent/start` / `subagent/end` edges; `ended(id)` is a monotone fact."""
+
+    starts: Events = field(default_factory=list)
+    ends: Events = field(default_factory=list)
+    _waiters: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def _on_end(self, edge: dict[str, Any]) -> None:
+        self.ends.append(edge)
+        self.ended(edge["sessionId"]).set()
+
+    def ended(self, session_id: str) -> asyncio.Event:
+        return self._waiters.setdefault(session_id, asyncio.Event())
+
+    def end_of(self, session_id: str) -> Events:
+        return [e for e in self.ends if e["sessionId"] == session_id]
+
+
+def lifecycle(tree: Any) -> Lifecycle:
+    rec = Lifecycle()
+    tree.manager.events.on("subagent/start", rec.starts.append)
+    tree.manager.events.on("subagent/end", rec._on_end)
+    return rec
+
+
 class TreeWatch:
-    """Installed on a tree before its root is created: agents by script key, pre-step holds, hang
-    events and settlement (`subagent/end`) events."""
+    """Installed on a tree before its root is created: agents by script key (latest epoch), pre-step
+    holds that may be added at any time, hang events and settlement (`subagent/end`) events."""
 
     def __init__(self, tree: Any) -> None:
         self.tree = tree
         self.replay = tree.provider.inner
         self.agents: dict[str, Agent] = {}
-        self.ends: list[dict[str, Any]] = []
+        self.ends: Events = []
         self._holds: dict[tuple[str, int, int], Hold] = {}
         self._hangs: dict[str, asyncio.Event] = {}
         self._ended: dict[str, asyncio.Event] = {}
@@ -120,7 +213,6 @@ class TreeWatch:
         self.replay.add_hang_listener(lambda key: self.hang(key).set())
         tree.manager.events.on("subagent/end", self._on_end)
 
-    # agents
     def _install(self, agent: Agent) -> None:
         key = self.replay.agent_key_of(agent.id)
         if key is None:
@@ -128,12 +220,9 @@ class TreeWatch:
         self.agents[key] = agent
 
         async def hook(ctx: PreStep) -> None:
-            hold = self._holds.get((key, ctx.turn, ctx.step))
-            if hold is None:
-                return
-            hold.claimed = list(ctx.claimed)
-            hold.reached.set()
-            await hold.wait(ctx.signal)
+            held = self._holds.get((key, ctx.turn, ctx.step))
+            if held is not None:
+                await held.hook(ctx)
 
         agent.pre_step.add(hook)
 
@@ -148,13 +237,11 @@ class TreeWatch:
         assert session_id is not None, f"script {key} is not bound"
         return session_id
 
-    # holds
     def hold(self, key: str, turn: int = 1, step: int = 1, *, respect_abort: bool = True) -> Hold:
-        hold = Hold(respect_abort=respect_abort)
-        self._holds[(key, turn, step)] = hold
-        return hold
+        held = Hold(turn, step, respect_abort=respect_abort)
+        self._holds[(key, turn, step)] = held
+        return held
 
-    # events
     def hang(self, key: str) -> asyncio.Event:
         return self._hangs.setdefault(key, asyncio.Event())
 
@@ -172,7 +259,6 @@ class TreeWatch:
         if key is not None:
             self.ended(key).set()
 
-    # requests
     def requests_of(self, key: str) -> list[Any]:
         session_id = self.replay.session_of(key)
         return [r for r in self.tree.provider.requests if r.session_id == session_id]
@@ -186,40 +272,77 @@ async def build(make_tree: Any, agents: dict[str, Any], **kw: Any) -> tuple[Any,
     return tree, watch, root
 
 
-def fresh_signal() -> AbortSignal:
-    """A caller signal that never aborts."""
-    return AbortController().signal
+def requests_of(tree: Any, session_id: str) -> int:
+    return sum(1 for r in tree.provider.requests if r.session_id == session_id)
+
+
+def assert_script_consumed(tree: Any) -> None:
+    """Every reply of every script was served, and nothing else was asked for (§15.4)."""
+    tree.provider.inner.finish_checks()
+    assert tree.provider.inner.violations == []
 
 
 # -- log queries ---------------------------------------------------------------------------------
-def events_of(agent: Agent, kind: str) -> list[dict[str, Any]]:
-    return [e["data"] for e in agent.session.events if e["type"] == kind]
+def log(tree: Any, who: Agent | str) -> Events:
+    """The in-memory log of a live or disposed agent, or the durable log of a session id."""
+    if isinstance(who, Agent):
+        return list(who.session.events)
+    return list(read(tree.store.path(who)).events)
 
 
-def user_messages(agent: Agent) -> list[dict[str, Any]]:
-    return events_of(agent, "user/message")
+def _events(source: Source) -> Events:
+    return list(source.session.events) if isinstance(source, Agent) else source
+
+
+def events_of(source: Source, kind: str) -> Events:
+    """The `data` of every event of type `kind`, in log order."""
+    return [e["data"] for e in _events(source) if e["type"] == kind]
+
+
+def entered(source: Source, kind: str | None = None) -> Events:
+    """`user/message` data, optionally only those whose source kind is `kind`."""
+    return [m for m in events_of(source, "user/message") if kind is None or m["source"]["kind"] == kind]
 
 
 def texts(message: dict[str, Any]) -> list[str]:
     return [b["text"] for b in message["content"] if b.get("type") == "text"]
 
 
-def first_texts(agent: Agent) -> list[str]:
+def first_texts(source: Source) -> list[str]:
     """The first text block of every `user/message`, in log order."""
-    return [texts(m)[0] for m in user_messages(agent)]
+    return [texts(m)[0] for m in entered(source)]
 
 
-def turn_ends(agent: Agent) -> list[dict[str, Any]]:
-    return [e["reason"] for e in events_of(agent, "turn/end")]
+def user_texts(source: Source) -> list[str]:
+    """The whole text of every `user/message`, blocks joined by newlines."""
+    return [text_of(m["content"], "\n") for m in entered(source)]
 
 
-def source_kinds(messages: list[dict[str, Any]]) -> list[str]:
+def inserts(source: Source, kind: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """`(target, message)` for every inbox insert, optionally filtered by source kind."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for splice in events_of(source, "agent/inbox/spliced"):
+        found.extend((splice["target"], m) for m in splice.get("inserted", [])
+                     if kind is None or m["source"]["kind"] == kind)
+    return found
+
+
+def turn_ends(source: Source) -> Events:
+    """The `reason` of every `turn/end`."""
+    return [e["reason"] for e in events_of(source, "turn/end")]
+
+
+def turn_end_kinds(source: Source) -> list[str]:
+    return [reason["kind"] for reason in turn_ends(source)]
+
+
+def source_kinds(messages: Events) -> list[str]:
     return [m["source"]["kind"] for m in messages]
 
 
-def step_batches(agent: Agent) -> list[tuple[int, int, list[dict[str, Any]]]]:
+def step_batches(agent: Agent) -> list[tuple[int, int, Events]]:
     """`(turn, step, user messages entered by that step)` for every started step."""
-    batches: list[tuple[int, int, list[dict[str, Any]]]] = []
+    batches: list[tuple[int, int, Events]] = []
     for e in agent.session.events:
         if e["type"] == "step/start":
             batches.append((e["data"]["turn"], e["data"]["step"], []))
@@ -237,9 +360,20 @@ def result_text(result: dict[str, Any]) -> str:
     return "".join(b["text"] for b in block["content"])
 
 
-def inserted(agent: Agent) -> list[tuple[str, dict[str, Any]]]:
-    """`(target, message)` for every inbox insert, in log order."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    for e in events_of(agent, "agent/inbox/spliced"):
-        out.extend((e["target"], m) for m in e.get("inserted", []))
-    return out
+# -- a failing file seam -------------------------------------------------------------------------
+class FailOnceIO(FileIO):
+    """The real file I/O, except that the next write to an armed path raises once (disk full)."""
+
+    def __init__(self) -> None:
+        self.armed: set[Path] = set()
+        self.failed: list[Path] = []
+
+    def arm(self, path: Path) -> None:
+        self.armed.add(path)
+
+    def write(self, path: Path, data: bytes, fsync: bool) -> None:
+        if path in self.armed:
+            self.armed.discard(path)
+            self.failed.append(path)
+            raise OSError("simulated disk full")
+        super().write(path, data, fsync)

@@ -44,9 +44,9 @@ async def test_concurrent_siblings_bind_by_spawning_call_whichever_requests_firs
     await reach(hold_second.reached)
     await reach(watch.idle_after_run("root"))
 
-    hold_first.release.set()
+    hold_first.release()
     await reach(watch.idle_after_run(first))
-    hold_second.release.set()
+    hold_second.release()
     await tree.wait_quiet(root)
 
     child_requests = [r.session_id for r in tree.provider.requests if r.session_id != root.id]

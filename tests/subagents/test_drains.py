@@ -19,25 +19,25 @@ from loader.ids import new_root_id
 from loader.session import make_header
 from loader.subagents import drain, drain_children, drain_descendants
 from loader.texts import TEXTS, render
-
-from ._manager_kit import (
+from tree_kit import (
     FailOnceIO,
     assert_script_consumed,
     calls,
     entered,
+    events_of,
+    fresh_signal,
     hold,
     inserts,
     lifecycle,
     log,
-    of_type,
     on_agent,
-    sa,
-    say,
-    signal,
-    turn_ends,
+    reach,
+    spawn,
+    text,
+    turn_end_kinds,
     user_texts,
-    within,
 )
+
 
 
 def notice_texts(message: dict) -> list[str]:
@@ -50,7 +50,7 @@ async def test_drain_releases_grandchild_first_and_closes_admission(make_tree):
     tree = await make_tree(
         {
             "root": {"replies": []},
-            "child": {"order": 1, "replies": [calls(sa("g")), say("WAITING")]},
+            "child": {"order": 1, "replies": [calls(spawn("g")), text("WAITING")]},
             "grand": {"spawnedBy": "g", "replies": []},
         }
     )
@@ -59,12 +59,12 @@ async def test_drain_releases_grandchild_first_and_closes_admission(make_tree):
     edges = lifecycle(tree)
     disposed: list[str] = []
     tree.registry.events.on("agent/disposed", lambda p: disposed.append(p["agent"].id))
-    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "c", signal())
-    await within(gate.reached.wait())
-    await within(tree.registry.get(child_id).when_idle())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "c", fresh_signal())
+    await reach(gate.reached.wait())
+    await reach(tree.registry.get(child_id).when_idle())
     grand_id = tree.provider.inner.session_of("grand")
 
-    await within(drain(tree.manager))
+    await reach(drain(tree.manager))
 
     assert disposed == [grand_id, child_id]
     assert [e["sessionId"] for e in edges.ends] == [grand_id, child_id]
@@ -74,9 +74,9 @@ async def test_drain_releases_grandchild_first_and_closes_admission(make_tree):
         assert session.events == log(tree, session_id)
         await tree.store.close(session)
     with pytest.raises(SubagentError) as started:
-        await tree.manager.start_continuable(root, "late", "x", None, signal())
+        await tree.manager.start_continuable(root, "late", "x", None, fresh_signal())
     with pytest.raises(SubagentError) as followed:
-        await tree.manager.followup(root, child_id, "late", {"kind": "user"}, signal())
+        await tree.manager.followup(root, child_id, "late", {"kind": "user"}, fresh_signal())
     for caught in (started, followed):
         assert (caught.value.code, caught.value.message) == ("DRAINING", TEXTS["T-ERR-DRAINING"])
     assert_script_consumed(tree)
@@ -88,10 +88,10 @@ async def test_scoped_drain_cancels_one_forest_top_down_and_keeps_the_other_admi
     (T-ERR-DRAINING-SCOPED) until that exact root1 Agent is disposed."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "c1": {"order": 1, "replies": [calls(sa("g1"))]},
+            "root": {"replies": [text("NOTED")]},
+            "c1": {"order": 1, "replies": [calls(spawn("g1"))]},
             "g1": {"spawnedBy": "g1", "replies": []},
-            "c2": {"order": 2, "replies": [say("C2_ONE"), say("C2_TWO")]},
+            "c2": {"order": 2, "replies": [text("C2_ONE"), text("C2_TWO")]},
         }
     )
     c1_gate, g1_gate, c2_gate = hold(tree, "c1", 1, 2), hold(tree, "g1"), hold(tree, "c2")
@@ -101,10 +101,10 @@ async def test_scoped_drain_cancels_one_forest_top_down_and_keeps_the_other_admi
     tree.registry.register(root1)
     tree.roots.append(root1)
     edges = lifecycle(tree)
-    c1_id, _ = await tree.manager.start_continuable(root1, "c1", "spawn", "c1", signal())
-    c2_id, _ = await tree.manager.start_continuable(root2, "c2", "work", "c2", signal())
+    c1_id, _ = await tree.manager.start_continuable(root1, "c1", "spawn", "c1", fresh_signal())
+    c2_id, _ = await tree.manager.start_continuable(root2, "c2", "work", "c2", fresh_signal())
     for gate in (c1_gate, g1_gate, c2_gate):
-        await within(gate.reached.wait())
+        await reach(gate.reached.wait())
     g1_id = tree.provider.inner.session_of("g1")
 
     aborted: list[str] = []
@@ -122,7 +122,7 @@ async def test_scoped_drain_cancels_one_forest_top_down_and_keeps_the_other_admi
     c1_gate.ctx.signal.add_listener(on_c1_abort)
     g1_gate.ctx.signal.add_listener(lambda _r: aborted.append("g1"))
 
-    await within(asyncio.gather(
+    await reach(asyncio.gather(
         drain_descendants(tree.manager, [root1]), drain_descendants(tree.manager, [root1])
     ))
 
@@ -130,20 +130,20 @@ async def test_scoped_drain_cancels_one_forest_top_down_and_keeps_the_other_admi
     assert sorted(e["sessionId"] for e in edges.ends) == sorted([c1_id, g1_id])
     assert set(tree.manager.activations) == {c2_id}
     assert tree.manager.activations[c2_id].disposal is None
-    await tree.manager.followup(root2, c2_id, "more", {"kind": "user"}, signal())
+    await tree.manager.followup(root2, c2_id, "more", {"kind": "user"}, fresh_signal())
     scoped = ("DRAINING", render("T-ERR-DRAINING-SCOPED", root=root1.id))
     with pytest.raises(SubagentError) as started:
-        await tree.manager.start_continuable(root1, "late", "x", None, signal())
+        await tree.manager.start_continuable(root1, "late", "x", None, fresh_signal())
     with pytest.raises(SubagentError) as followed:
-        await tree.manager.followup(root1, c1_id, "late", {"kind": "user"}, signal())
+        await tree.manager.followup(root1, c1_id, "late", {"kind": "user"}, fresh_signal())
     assert (started.value.code, started.value.message) == scoped
     assert (followed.value.code, followed.value.message) == scoped
 
-    await within(root1.dispose())
+    await reach(root1.dispose())
     assert tree.manager.closing_for(root1) is None and root1 not in tree.manager.closing_scopes
 
     c2_gate.release()
-    await within(tree.wait_quiet(root2))
+    await reach(tree.wait_quiet(root2))
     assert user_texts(log(tree, c2_id)) == ["work", "more"]
     assert [e["stopReason"] for e in edges.end_of(c2_id)] == ["completed"]
     assert_script_consumed(tree)
@@ -156,20 +156,20 @@ async def test_selected_drain_releases_one_forest_and_checks_authority_first(mak
     child with a grandchild is refused before any disposal opens."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED_T"), say("NOTED_S")]},
-            "target": {"order": 1, "replies": [calls(sa("g")), say("T_WAITING")]},
+            "root": {"replies": [text("NOTED_T"), text("NOTED_S")]},
+            "target": {"order": 1, "replies": [calls(spawn("g")), text("T_WAITING")]},
             "grand": {"spawnedBy": "g", "replies": []},
-            "sibling": {"order": 2, "replies": [say("S_DONE")]},
+            "sibling": {"order": 2, "replies": [text("S_DONE")]},
         }
     )
     g_gate, s_gate = hold(tree, "grand"), hold(tree, "sibling")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    t_id, _ = await tree.manager.start_continuable(root, "t", "spawn", "t", signal())
-    s_id, _ = await tree.manager.start_continuable(root, "s", "work", "s", signal())
-    await within(g_gate.reached.wait())
-    await within(s_gate.reached.wait())
-    await within(tree.registry.get(t_id).when_idle())
+    t_id, _ = await tree.manager.start_continuable(root, "t", "spawn", "t", fresh_signal())
+    s_id, _ = await tree.manager.start_continuable(root, "s", "work", "s", fresh_signal())
+    await reach(g_gate.reached.wait())
+    await reach(s_gate.reached.wait())
+    await reach(tree.registry.get(t_id).when_idle())
     g_id = tree.provider.inner.session_of("grand")
     sibling = tree.registry.get(s_id)
 
@@ -191,16 +191,16 @@ async def test_selected_drain_releases_one_forest_and_checks_authority_first(mak
     )
     assert all(a.disposal is None for a in tree.manager.activations.values())
 
-    await within(drain_children(tree.manager, root, [t_id, t_id]))
+    await reach(drain_children(tree.manager, root, [t_id, t_id]))
 
     assert [e["sessionId"] for e in edges.ends] == [g_id, t_id]
     assert set(tree.manager.activations) == {s_id}
     assert tree.manager.activations[s_id].disposal is None and not s_gate.ctx.signal.aborted
     assert tree.manager.closing_for(root) is None  # the parent keeps admitting
     s_gate.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert [e["stopReason"] for e in edges.end_of(s_id)] == ["completed"]
-    assert turn_ends(log(tree, s_id)) == ["completed"]
+    assert turn_end_kinds(log(tree, s_id)) == ["completed"]
     assert_script_consumed(tree)
 
 
@@ -219,7 +219,7 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     tree = await make_tree(
         {
             "root": {"replies": []},
-            "a": {"order": 1, "replies": [say("A_ANSWER")]},
+            "a": {"order": 1, "replies": [text("A_ANSWER")]},
             "b": {"order": 2, "replies": []},
         },
         agent_class=BrokenHandle,
@@ -227,19 +227,19 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     a_gate = hold(tree, "a", turn=2, step=1)
     root = await tree.create_root()
     edges = lifecycle(tree)
-    a_id, _ = await tree.manager.start_continuable(root, "a", "answer", "a", signal())
-    await tree.manager.followup(root, a_id, "second", {"kind": "user"}, signal())
+    a_id, _ = await tree.manager.start_continuable(root, "a", "answer", "a", fresh_signal())
+    await tree.manager.followup(root, a_id, "second", {"kind": "user"}, fresh_signal())
     broken.add(a_id)
 
     async def slow_b(ctx) -> None:  # b's teardown cannot finish before a's has failed
         await edges.ended(a_id).wait()
 
     on_agent(tree, "b", lambda agent: agent.pre_step.add(slow_b))
-    b_id, _ = await tree.manager.start_continuable(root, "b", "work", "b", signal())
-    await within(a_gate.reached.wait())
+    b_id, _ = await tree.manager.start_continuable(root, "b", "work", "b", fresh_signal())
+    await reach(a_gate.reached.wait())
 
     with pytest.raises(SubagentError) as caught:
-        await within(drain(tree.manager))
+        await reach(drain(tree.manager))
 
     assert caught.value.code == "ACTIVATION_TEARDOWN_FAILED"
     assert "handle broke" in caught.value.message
@@ -264,18 +264,18 @@ async def test_drain_cancels_a_followup_queued_behind_a_held_turn(make_tree):
     tree = await make_tree({"root": {"replies": []}, "child": {"order": 1, "replies": []}})
     gate = hold(tree, "child")
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", signal())
-    await within(gate.reached.wait())
-    queued = await tree.manager.followup(root, child_id, "queued", {"kind": "user"}, signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", fresh_signal())
+    await reach(gate.reached.wait())
+    queued = await tree.manager.followup(root, child_id, "queued", {"kind": "user"}, fresh_signal())
 
-    await within(drain(tree.manager))
+    await reach(drain(tree.manager))
 
     events = log(tree, child_id)
     assert "queued" not in user_texts(events)
-    cancels = [s for s in of_type(events, "agent/inbox/spliced") if s.get("outcome") == "canceled"]
+    cancels = [s for s in events_of(events, "agent/inbox/spliced") if s.get("outcome") == "canceled"]
     assert [(s["target"], s["removedCount"]) for s in cancels] == [("next-turn", 1)]
     assert [m["id"] for t, m in inserts(events) if t == "next-turn"][-1] == queued
-    assert turn_ends(events) == ["aborted"]
+    assert turn_end_kinds(events) == ["aborted"]
     [(_, notice)] = inserts(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "aborted"
     assert_script_consumed(tree)
@@ -285,7 +285,7 @@ async def test_failing_final_flush_is_logged_and_settlement_proceeds(make_tree, 
     """Matrix 52: the final flush at settlement raises: T-LOG-FLUSH-FAILED is logged, the disposal
     continues (the close retries the batch) and the notice says `completed` with the answer."""
     tree = await make_tree(
-        {"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": [say("the answer")]}},
+        {"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("the answer")]}},
         batch_delay_ms=60_000,  # writes happen only at barriers, so the settlement flush has work
     )
     io = FailOnceIO()
@@ -298,16 +298,16 @@ async def test_failing_final_flush_is_logged_and_settlement_proceeds(make_tree, 
     on_agent(tree, "child", arm_when_idle)
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", fresh_signal())
 
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     assert io.failed == [tree.store.path(child_id)]
     flush_failed = render("T-LOG-FLUSH-FAILED", id=child_id, detail="")
     assert [r.levelno for r in caplog.records if r.getMessage().startswith(flush_failed)] == [logging.WARNING]
     assert any("simulated disk full" in r.getMessage() for r in caplog.records if r.getMessage().startswith(flush_failed))
     assert [e["stopReason"] for e in edges.end_of(child_id)] == ["completed"]
-    assert turn_ends(log(tree, child_id)) == ["completed"]  # the close wrote the retried batch
+    assert turn_end_kinds(log(tree, child_id)) == ["completed"]  # the close wrote the retried batch
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "completed"
     assert notice_texts(notice)[1:] == [TEXTS["T-NOTICE-OUTPUT"], "the answer"]
@@ -325,19 +325,19 @@ async def test_drain_of_a_turn_held_after_its_claim_reports_aborted(make_tree, h
     """Matrix 59: a turn held at pre-step after its claim, then `drain()`: the notice says `aborted`;
     with turn 2 held it carries turn 1's answer, with turn 1 held there is no output."""
     tree = await make_tree(
-        {"root": {"replies": []}, "child": {"order": 1, "replies": [say("the answer")] if held_turn == 2 else []}}
+        {"root": {"replies": []}, "child": {"order": 1, "replies": [text("the answer")] if held_turn == 2 else []}}
     )
     gate = hold(tree, "child", turn=held_turn, step=1)
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", fresh_signal())
     if held_turn == 2:
-        await tree.manager.followup(root, child_id, "second", {"kind": "user"}, signal())
-    await within(gate.reached.wait())
+        await tree.manager.followup(root, child_id, "second", {"kind": "user"}, fresh_signal())
+    await reach(gate.reached.wait())
     assert [m["content"][0]["text"] for m in gate.ctx.claimed] == (["second"] if held_turn == 2 else ["prompt"])
 
-    await within(drain(tree.manager))
+    await reach(drain(tree.manager))
 
-    assert turn_ends(log(tree, child_id))[-1] == "aborted"
+    assert turn_end_kinds(log(tree, child_id))[-1] == "aborted"
     [(_, notice)] = inserts(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "aborted"
     assert notice_texts(notice) == [render("T-NOTICE-aborted", id=child_id), *expected]
@@ -352,17 +352,17 @@ async def test_drain_injects_one_aborted_notice_into_an_idle_parent(make_tree):
     root = await tree.create_root()
     statuses: list[str] = []
     root.events.on("agent/status", lambda p: statuses.append(p["status"]))
-    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", signal())
-    await within(gate.reached.wait())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "c", fresh_signal())
+    await reach(gate.reached.wait())
 
-    await within(drain(tree.manager))
+    await reach(drain(tree.manager))
 
     events = log(tree, root)
     notices = inserts(events, "subagent-settled")
     assert [(t, m["source"]["senderSessionId"], m["source"]["stopReason"]) for t, m in notices] == [
         ("next-step", child_id, "aborted")
     ]
-    assert of_type(events, "turn/start") == [] and entered(events) == []
+    assert events_of(events, "turn/start") == [] and entered(events) == []
     assert root.status == "idle" and statuses == []
     assert [m["id"] for m in root.inbox.next_step] == [notices[0][1]["id"]]
     assert_script_consumed(tree)
@@ -385,10 +385,10 @@ async def test_drain_during_materialization_rolls_the_start_back_without_a_notic
     tree.manager.events.on("changed", on_changed)
 
     with pytest.raises(SubagentError) as caught:
-        await tree.manager.start_continuable(root, "c", "prompt", "c", signal())
+        await tree.manager.start_continuable(root, "c", "prompt", "c", fresh_signal())
 
     assert len(drains) == 1
-    await within(drains[0])
+    await reach(drains[0])
     assert (caught.value.code, caught.value.message) == ("DRAINING", TEXTS["T-ERR-DRAINING"])
     assert edges.starts == [] and edges.ends == []
     assert tree.manager.activations == {} and list(tree.registry) == [root]

@@ -42,7 +42,7 @@ from tree_kit import (
     text,
     texts,
     turn_ends,
-    user_messages,
+    entered,
 )
 
 USER = {"kind": "user"}
@@ -77,17 +77,17 @@ async def test_interrupted_child_parks_its_queue_until_the_next_followup(make_tr
     a = tree.manager.activations[cid]
     assert a.agent is child and child.status == "idle"
     assert a.parked and state_of(a) == "running"
-    assert list_agents(tree.manager, tree.catalogue, root.id) == [{"id": cid, "label": "task", "status": "parked"}]
+    assert list_agents(tree.manager, tree.catalogue, root.id) == [{"id": cid, "label": "sa", "status": "parked"}]
     assert [texts(m)[0] for m in child.inbox.next_turn] == ["B", "C"]
     assert len(watch.requests_of("child")) == 1
-    assert not any(m["source"]["kind"] == "subagent-settled" for m in user_messages(root))
+    assert not any(m["source"]["kind"] == "subagent-settled" for m in entered(root))
 
     await tree.manager.followup(root, cid, "D", USER, fresh_signal())
     await tree.wait_quiet(root)
-    assert first_texts(child) == ["do it", "B", "C", "D"]
+    assert first_texts(child) == ["task of sa", "B", "C", "D"]
     assert turn_ends(child) == [aborted(USER), COMPLETED, COMPLETED, COMPLETED]
     assert child.cancels[0] == (USER, True) and all(not keep for _, keep in child.cancels[1:])
-    notices = [m for m in user_messages(root) if m["source"]["kind"] == "subagent-settled"]
+    notices = [m for m in entered(root) if m["source"]["kind"] == "subagent-settled"]
     assert [n["source"]["stopReason"] for n in notices] == ["completed"]
 
 
@@ -112,11 +112,11 @@ async def test_interrupting_a_child_leaves_its_running_grandchild_alone(make_tre
     assert a.agent is child and state_of(a) == "waiting" and a.owned_children == {grand.id}
     assert grand.status == "running"
 
-    held.release.set()
+    held.release()
     await tree.wait_quiet(root)
     assert turn_ends(grand) == [COMPLETED]
     assert turn_ends(child) == [aborted(PARENT), COMPLETED]
-    woke = user_messages(child)[-1]
+    woke = entered(child)[-1]
     assert woke["source"]["kind"] == "subagent-settled" and woke["source"]["senderSessionId"] == grand.id
 
 
@@ -259,7 +259,7 @@ async def test_unknown_one_shot_and_settled_targets_are_accepted_no_ops(make_tre
     assert target.cancels == cancels_before
     if kind == "one-shot":
         assert target.status == "running" and target_id not in tree.manager.activations
-        held.release.set()
+        held.release()
         await tree.wait_quiet(root)
         assert turn_ends(target) == [COMPLETED]
     else:
@@ -333,7 +333,7 @@ async def test_a_waking_send_during_interrupt_convergence_latches_and_resumes_fi
     try:
         await _latch_during_convergence(tree, watch, root, held)
     finally:
-        held.release.set()  # never leave teardown waiting on a hold that ignores the abort
+        held.release()  # never leave teardown waiting on a hold that ignores the abort
 
 
 async def _latch_during_convergence(tree: Any, watch: TreeWatch, root: Agent, held: Any) -> None:
@@ -349,7 +349,7 @@ async def _latch_during_convergence(tree: Any, watch: TreeWatch, root: Agent, he
     assert [texts(m)[0] for m in child.inbox.next_turn] == ["B", "D"]
     assert watch.requests_of("child") == []
 
-    held.release.set()
+    held.release()
     await tree.wait_quiet(root)
     assert first_texts(child) == ["B", "D"]
     assert turn_ends(child) == [aborted(USER), COMPLETED, COMPLETED]
@@ -383,9 +383,9 @@ async def test_interrupting_a_child_in_maintenance_aborts_the_task_and_keeps_its
     assert first_texts(child)[-1] == "B"
     assert turn_ends(child) == [COMPLETED, COMPLETED]
 
-    held.release.set()
+    held.release()
     await tree.wait_quiet(root)
-    assert source_kinds(user_messages(child))[-1] == "subagent-settled"
+    assert source_kinds(entered(child))[-1] == "subagent-settled"
 
 
 class _ClosingGate:

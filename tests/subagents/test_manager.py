@@ -12,24 +12,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ._manager_kit import (
-    agents_of,
-    assert_script_consumed,
-    calls,
-    entered,
-    hold,
-    inserts,
-    lifecycle,
-    log,
-    of_type,
-    requests_of,
-    sa,
-    say,
-    signal,
-    turn_ends,
-    user_texts,
-    within,
-)
 
 from loader.abort import AbortController, Aborted
 from loader.agent import user_message
@@ -37,16 +19,34 @@ from loader.errors import SubagentError
 from loader.ids import new_child_id
 from loader.subagents import state_of
 from loader.texts import render
+from tree_kit import (
+    agents_of,
+    assert_script_consumed,
+    calls,
+    entered,
+    events_of,
+    fresh_signal,
+    hold,
+    inserts,
+    lifecycle,
+    log,
+    reach,
+    requests_of,
+    spawn,
+    text,
+    turn_end_kinds,
+    user_texts,
+)
 
 
 async def test_start_resolves_at_acceptance_with_the_insert_id_and_descriptor_first(make_tree):
     """Matrix 36: `start_continuable` resolves at inbox acceptance: the returned message id is the
     insert's id, no request was made yet, the header names parent/origin/depth, and the descriptor
     precedes every inbox splice."""
-    tree = await make_tree({"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": [say("OK")]}})
+    tree = await make_tree({"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("OK")]}})
     root = await tree.create_root()
 
-    child_id, message_id = await tree.manager.start_continuable(root, "a label", "do it", "sa", signal())
+    child_id, message_id = await tree.manager.start_continuable(root, "a label", "do it", "sa", fresh_signal())
 
     child = tree.registry.get(child_id)
     assert child is not None and child.id == child_id
@@ -65,7 +65,7 @@ async def test_start_resolves_at_acceptance_with_the_insert_id_and_descriptor_fi
     assert [m["id"] for _, m in inserts(events)] == [message_id]
     assert types.index("subagent/descriptor") < types.index("agent/inbox/spliced")
 
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert user_texts(log(tree, child_id)) == ["do it"]
     assert_script_consumed(tree)
 
@@ -78,7 +78,7 @@ async def test_start_beyond_max_depth_fails_before_anything_is_created(make_tree
         tree = await make_tree({"root": {"replies": []}}, max_depth=0)
         root = await tree.create_root()
         with pytest.raises(SubagentError) as caught:
-            await tree.manager.start_continuable(root, "deep", "do it", "sa", signal())
+            await tree.manager.start_continuable(root, "deep", "do it", "sa", fresh_signal())
         assert caught.value.code == "DEPTH_EXCEEDED"
         assert caught.value.message == render("T-ERR-DEPTH", depth=1, max=0)
         assert sorted(p.name for p in (home / "sessions").iterdir()) == [root.id]
@@ -86,17 +86,17 @@ async def test_start_beyond_max_depth_fails_before_anything_is_created(make_tree
         return
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("mid")), say("STARTED"), say("NOTED")]},
-            "mid": {"spawnedBy": "mid", "replies": [calls(sa("deep")), say("COULD_NOT")]},
+            "root": {"replies": [calls(spawn("mid")), text("STARTED"), text("NOTED")]},
+            "mid": {"spawnedBy": "mid", "replies": [calls(spawn("deep")), text("COULD_NOT")]},
         },
         max_depth=1,
     )
     root = await tree.create_root()
     built = agents_of(tree)
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     mid = built["mid"][0]
-    results = of_type(log(tree, mid.id), "tool/result")
+    results = events_of(log(tree, mid.id), "tool/result")
     assert [r["error"]["code"] for r in results] == ["DEPTH_EXCEEDED"]
     assert results[0]["error"]["message"] == render("T-ERR-DEPTH", depth=2, max=1)
     assert sorted(p.name for p in (home / "sessions").iterdir()) == sorted([root.id, mid.id])
@@ -136,15 +136,15 @@ async def test_start_whose_signal_aborts_after_acceptance_leaves_the_child_runni
     """Matrix 38: after acceptance the caller's signal is irrelevant: aborting it neither cancels nor
     disposes the child, which completes its turn and settles `completed`."""
     tree = await make_tree(
-        {"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": [say("the answer")]}}
+        {"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("the answer")]}}
     )
     root = await tree.create_root()
     edges = lifecycle(tree)
     controller = AbortController()
     child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "sa", controller.signal)
     controller.abort({"kind": "user"})
-    await within(tree.wait_quiet(root))
-    assert turn_ends(log(tree, child_id)) == ["completed"]
+    await reach(tree.wait_quiet(root))
+    assert turn_end_kinds(log(tree, child_id)) == ["completed"]
     assert [e["stopReason"] for e in edges.end_of(child_id)] == ["completed"]
     assert_script_consumed(tree)
 
@@ -154,30 +154,30 @@ async def test_followups_to_a_running_child_queue_fifo_in_the_same_agent(make_tr
     FIFO turns: the log enters prompt, first, second, one per turn."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "child": {"order": 1, "replies": [say("R1"), say("R2"), say("R3")]},
+            "root": {"replies": [text("NOTED")]},
+            "child": {"order": 1, "replies": [text("R1"), text("R2"), text("R3")]},
         }
     )
     gate = hold(tree, "child", turn=1, step=1)
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "sa", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "prompt", "sa", fresh_signal())
     child = tree.registry.get(child_id)
-    await within(gate.reached.wait())
+    await reach(gate.reached.wait())
     ids = [
-        await tree.manager.followup(root, child_id, text, {"kind": "user"}, signal())
+        await tree.manager.followup(root, child_id, text, {"kind": "user"}, fresh_signal())
         for text in ("first", "second")
     ]
     assert tree.registry.get(child_id) is child
     assert [m["id"] for t, m in inserts(log(tree, child))[1:]] == ids
     assert all(t == "next-turn" for t, _ in inserts(log(tree, child)))
     gate.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, child_id)
     assert user_texts(events) == ["prompt", "first", "second"]
-    assert [t["turn"] for t in of_type(events, "turn/start")] == [1, 2, 3]
-    assert turn_ends(events) == ["completed"] * 3
+    assert [t["turn"] for t in events_of(events, "turn/start")] == [1, 2, 3]
+    assert turn_end_kinds(events) == ["completed"] * 3
     assert [e["epoch"] for e in edges.starts] == [1]
     assert len(edges.ends) == 1
     assert_script_consumed(tree)
@@ -188,25 +188,25 @@ async def test_followup_to_a_settled_child_cold_resumes_a_second_epoch(make_tree
     session, one descriptor in the log, and a second notice (two in total)."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED1"), say("NOTED2")]},
-            "child": {"order": 1, "replies": [say("FIRST"), say("SECOND")]},
+            "root": {"replies": [text("NOTED1"), text("NOTED2")]},
+            "child": {"order": 1, "replies": [text("FIRST"), text("SECOND")]},
         }
     )
     root = await tree.create_root()
     edges = lifecycle(tree)
     built = agents_of(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "one", "sa", signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "one", "sa", fresh_signal())
+    await reach(tree.wait_quiet(root))
     assert child_id not in tree.manager.activations
 
-    await tree.manager.followup(root, child_id, "two", {"kind": "user"}, signal())
-    await within(tree.wait_quiet(root))
+    await tree.manager.followup(root, child_id, "two", {"kind": "user"}, fresh_signal())
+    await reach(tree.wait_quiet(root))
 
     assert len(built["child"]) == 2 and built["child"][0] is not built["child"][1]
     assert [(e["sessionId"], e["epoch"]) for e in edges.starts] == [(child_id, 1), (child_id, 2)]
     assert [(e["epoch"], e["stopReason"]) for e in edges.ends] == [(1, "completed"), (2, "completed")]
     events = log(tree, child_id)
-    assert len(of_type(events, "subagent/descriptor")) == 1
+    assert len(events_of(events, "subagent/descriptor")) == 1
     assert user_texts(events) == ["one", "two"]
     notices = entered(log(tree, root), "subagent-settled")
     assert [n["source"]["stopReason"] for n in notices] == ["completed", "completed"]
@@ -219,27 +219,27 @@ async def test_followup_to_a_child_waiting_on_its_grandchild_wakes_the_same_agen
     the same agent in the same epoch (no cold resume)."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "child": {"order": 1, "replies": [calls(sa("g")), say("WAITING"), say("MORE_OK"), say("GRAND_NOTED")]},
-            "grand": {"spawnedBy": "g", "replies": [say("GRAND_DONE")]},
+            "root": {"replies": [text("NOTED")]},
+            "child": {"order": 1, "replies": [calls(spawn("g")), text("WAITING"), text("MORE_OK"), text("GRAND_NOTED")]},
+            "grand": {"spawnedBy": "g", "replies": [text("GRAND_DONE")]},
         }
     )
     gate = hold(tree, "grand")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "sa", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "sa", fresh_signal())
     child = tree.registry.get(child_id)
     activation = tree.manager.activations[child_id]
-    await within(gate.reached.wait())
-    await within(child.when_idle())
+    await reach(gate.reached.wait())
+    await reach(child.when_idle())
     assert state_of(activation) == "waiting"
 
-    await tree.manager.followup(root, child_id, "more", {"kind": "user"}, signal())
+    await tree.manager.followup(root, child_id, "more", {"kind": "user"}, fresh_signal())
     assert child.status == "running"
     assert tree.manager.activations[child_id] is activation and tree.registry.get(child_id) is child
-    await within(child.when_idle())  # turn 2 done; still waiting on the grandchild
+    await reach(child.when_idle())  # turn 2 done; still waiting on the grandchild
     gate.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     assert [e["sessionId"] for e in edges.starts].count(child_id) == 1
     events = log(tree, child_id)
@@ -253,36 +253,36 @@ async def test_followup_from_a_stranger_is_refused_before_anything_is_queued(mak
     both while the child is resident and when it would need a cold resume (the file is untouched)."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED1"), say("NOTED2")]},
-            "child": {"order": 1, "replies": [say("C_DONE")]},
-            "stranger": {"order": 2, "replies": [say("S_DONE")]},
+            "root": {"replies": [text("NOTED1"), text("NOTED2")]},
+            "child": {"order": 1, "replies": [text("C_DONE")]},
+            "stranger": {"order": 2, "replies": [text("S_DONE")]},
         }
     )
     child_gate = hold(tree, "child")
     stranger_gate = hold(tree, "stranger")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    stranger_id, _ = await tree.manager.start_continuable(root, "s", "do it", "s", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    stranger_id, _ = await tree.manager.start_continuable(root, "s", "do it", "s", fresh_signal())
     stranger = tree.registry.get(stranger_id)
-    await within(child_gate.reached.wait())
+    await reach(child_gate.reached.wait())
 
     with pytest.raises(SubagentError) as resident:
-        await tree.manager.followup(stranger, child_id, "hijack", {"kind": "user"}, signal())
+        await tree.manager.followup(stranger, child_id, "hijack", {"kind": "user"}, fresh_signal())
     assert (resident.value.code, resident.value.message) == ("UNAUTHORIZED", render("T-ERR-NOT-PARENT", id=child_id))
     assert len(inserts(log(tree, tree.registry.get(child_id)))) == 1
 
     child_gate.release()
-    await within(edges.ended(child_id).wait())
+    await reach(edges.ended(child_id).wait())
     before = tree.store.path(child_id).read_bytes()
     with pytest.raises(SubagentError) as cold:
-        await tree.manager.followup(stranger, child_id, "hijack", {"kind": "user"}, signal())
+        await tree.manager.followup(stranger, child_id, "hijack", {"kind": "user"}, fresh_signal())
     assert (cold.value.code, cold.value.message) == ("UNAUTHORIZED", render("T-ERR-NOT-PARENT", id=child_id))
     assert tree.store.path(child_id).read_bytes() == before
     assert child_id not in tree.registry
 
     stranger_gate.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert "hijack" not in user_texts(log(tree, child_id))
     assert_script_consumed(tree)
 
@@ -290,20 +290,20 @@ async def test_followup_from_a_stranger_is_refused_before_anything_is_queued(mak
 async def test_followup_from_a_stale_parent_object_is_refused(make_tree):
     """Matrix 42: a parent object that is no longer the registered agent for its id (disposed) gets
     `UNAUTHORIZED` T-ERR-STALE; the resident child never sees the message."""
-    tree = await make_tree({"root": {"replies": []}, "child": {"order": 1, "replies": [say("DONE")]}})
+    tree = await make_tree({"root": {"replies": []}, "child": {"order": 1, "replies": [text("DONE")]}})
     gate = hold(tree, "child")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "sa", signal())
-    await within(gate.reached.wait())
-    await within(root.dispose())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "sa", fresh_signal())
+    await reach(gate.reached.wait())
+    await reach(root.dispose())
 
     with pytest.raises(SubagentError) as caught:
-        await tree.manager.followup(root, child_id, "late", {"kind": "user"}, signal())
+        await tree.manager.followup(root, child_id, "late", {"kind": "user"}, fresh_signal())
     assert (caught.value.code, caught.value.message) == ("UNAUTHORIZED", render("T-ERR-STALE", aid=root.id))
 
     gate.release()
-    await within(edges.ended(child_id).wait())
+    await reach(edges.ended(child_id).wait())
     assert user_texts(log(tree, child_id)) == ["do it"]
     assert_script_consumed(tree)
 
@@ -316,13 +316,13 @@ async def test_followup_to_a_non_continuable_or_unknown_id_is_not_resumable(make
     well-formed) id → `NOT_RESUMABLE` T-ERR-NOT-FOUND; nothing is created."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("fg", run_in_background=False)), say("DONE")]},
-            "fg": {"spawnedBy": "fg", "replies": [say("FG_ANSWER")]},
+            "root": {"replies": [calls(spawn("fg", run_in_background=False)), text("DONE")]},
+            "fg": {"spawnedBy": "fg", "replies": [text("FG_ANSWER")]},
         }
     )
     root = await tree.create_root()
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     one_shot_id = tree.provider.inner.session_of("fg")
     target, tid = {
         "one-shot": (one_shot_id, "T-ERR-NOT-CONTINUABLE"),
@@ -332,7 +332,7 @@ async def test_followup_to_a_non_continuable_or_unknown_id_is_not_resumable(make
     before = tree.store.path(one_shot_id).read_bytes()
 
     with pytest.raises(SubagentError) as caught:
-        await tree.manager.followup(root, target, "more", {"kind": "user"}, signal())
+        await tree.manager.followup(root, target, "more", {"kind": "user"}, fresh_signal())
 
     assert (caught.value.code, caught.value.message) == ("NOT_RESUMABLE", render(tid, id=target))
     assert tree.manager.activations == {} and list(tree.registry) == [root]
@@ -348,8 +348,8 @@ async def test_delivery_racing_settlement_lands_exactly_once(make_tree, moment):
     disposal open it waits for full release and cold-resumes epoch 2."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED1"), say("NOTED2")]},
-            "child": {"order": 1, "replies": [say("FIRST"), say("SECOND")]},
+            "root": {"replies": [text("NOTED1"), text("NOTED2")]},
+            "child": {"order": 1, "replies": [text("FIRST"), text("SECOND")]},
         }
     )
     root = await tree.create_root()
@@ -360,7 +360,7 @@ async def test_delivery_racing_settlement_lands_exactly_once(make_tree, moment):
     def send() -> None:
         if not sent:
             sent.append(asyncio.ensure_future(
-                tree.manager.followup(root, child_ids[0], "again", {"kind": "user"}, signal())
+                tree.manager.followup(root, child_ids[0], "again", {"kind": "user"}, fresh_signal())
             ))
 
     if moment == "disposal-open":
@@ -370,16 +370,16 @@ async def test_delivery_racing_settlement_lands_exactly_once(make_tree, moment):
                 send()
 
         tree.manager.events.on("changed", on_changed)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "first", "sa", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "first", "sa", fresh_signal())
     child_ids.append(child_id)
     if moment == "at-idle":
         child = tree.registry.get(child_id)
         child.events.on("agent/status", lambda p: p["status"] == "idle" and send())
 
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert len(sent) == 1
-    message_id = await within(sent[0])  # resolves at acceptance, possibly after a cold read
-    await within(tree.wait_quiet(root))
+    message_id = await reach(sent[0])  # resolves at acceptance, possibly after a cold read
+    await reach(tree.wait_quiet(root))
     events = log(tree, child_id)
     assert user_texts(events).count("again") == 1
     assert [m["id"] for m in entered(events) if m["content"][0]["text"] == "again"] == [message_id]
@@ -399,9 +399,9 @@ async def test_child_waiting_on_a_held_grandchild_stays_resident_and_releases_af
     `waiting`); the grandchild is released first, then the child."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "child": {"order": 1, "replies": [calls(sa("g")), say("WAITING"), say("GOT_GRAND")]},
-            "grand": {"spawnedBy": "g", "replies": [say("GRAND_DONE")]},
+            "root": {"replies": [text("NOTED")]},
+            "child": {"order": 1, "replies": [calls(spawn("g")), text("WAITING"), text("GOT_GRAND")]},
+            "grand": {"spawnedBy": "g", "replies": [text("GRAND_DONE")]},
         }
     )
     gate = hold(tree, "grand")
@@ -409,17 +409,17 @@ async def test_child_waiting_on_a_held_grandchild_stays_resident_and_releases_af
     edges = lifecycle(tree)
     disposed: list[str] = []
     tree.registry.events.on("agent/disposed", lambda p: disposed.append(p["agent"].id))
-    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "sa", signal())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "spawn one", "sa", fresh_signal())
     child = tree.registry.get(child_id)
-    await within(gate.reached.wait())
-    await within(child.when_idle())
+    await reach(gate.reached.wait())
+    await reach(child.when_idle())
     grand_id = tree.provider.inner.session_of("grand")
 
     a = tree.manager.activations[child_id]
     assert child.status == "idle" and a.disposal is None and a.owned_children == {grand_id}
 
     gate.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert [e["sessionId"] for e in edges.ends] == [grand_id, child_id]
     assert disposed == [grand_id, child_id]
     assert_script_consumed(tree)
@@ -430,8 +430,8 @@ async def test_root_parent_is_never_waiting_and_stays_registered_when_its_child_
     still the registered agent after its child settles."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("sa")), say("STARTED"), say("NOTED")]},
-            "child": {"order": 1, "replies": [say("DONE")]},
+            "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+            "child": {"order": 1, "replies": [text("DONE")]},
         }
     )
     root = await tree.create_root()
@@ -440,7 +440,7 @@ async def test_root_parent_is_never_waiting_and_stays_registered_when_its_child_
     at_end: list[bool] = []
     tree.manager.events.on("subagent/end", lambda _p: at_end.append(tree.registry.get(root.id) is root))
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert seen and not any(seen)
     assert at_end == [True]
     assert tree.registry.get(root.id) is root

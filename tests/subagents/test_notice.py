@@ -17,25 +17,25 @@ import pytest
 from loader.agent import STOP_REASONS, Agent, text_block, user_message
 from loader.subagents import drain_children, render_settlement_notice, settlement_message
 from loader.texts import TEXTS, render
-
-from ._manager_kit import (
+from tree_kit import (
     FailOnceIO,
     assert_script_consumed,
     calls,
     entered,
+    events_of,
+    fresh_signal,
     hold,
     inserts,
     lifecycle,
     log,
-    of_type,
     on_agent,
+    reach,
     requests_of,
-    sa,
-    say,
-    signal,
-    turn_ends,
-    within,
+    spawn,
+    text,
+    turn_end_kinds,
 )
+
 
 CHILD = "0123456789abcdef"
 
@@ -121,13 +121,13 @@ async def test_child_answer_arrives_as_exactly_one_notice_rendered_from_data(mak
     [T-NOTICE-completed, T-NOTICE-OUTPUT, "the answer"]."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("sa")), say("STARTED"), say("NOTED")]},
-            "child": {"spawnedBy": "sa", "replies": [say("the answer")]},
+            "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+            "child": {"spawnedBy": "sa", "replies": [text("the answer")]},
         }
     )
     root = await tree.create_root()
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     child_id = tree.provider.inner.session_of("child")
 
     assert len(settled_inserts(log(tree, root))) == 1
@@ -147,10 +147,10 @@ async def test_child_that_reported_quietly_still_sends_exactly_one_notice(make_t
     the parent's next turn enters [report, notice] in one step."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("sa")), say("STARTED"), say("NOTED")]},
+            "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
             "child": {
                 "spawnedBy": "sa",
-                "replies": [calls({"id": "r1", "name": "report", "arguments": {"output": "REPORT_OK"}}), say("Reported.")],
+                "replies": [calls({"id": "r1", "name": "report", "arguments": {"output": "REPORT_OK"}}), text("Reported.")],
             },
         },
         report_delivery="quiet",
@@ -159,31 +159,31 @@ async def test_child_that_reported_quietly_still_sends_exactly_one_notice(make_t
     root = await tree.create_root()
     release_when_idle(root, gate)
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, root)
     kinds = [(t, m["source"]["kind"]) for t, m in inserts(events) if m["source"]["kind"] != "user"]
     assert kinds == [("next-step", "subagent-report"), ("next-turn", "subagent-settled")]
     assert len(entered(events, "subagent-settled")) == 1
     assert [m["source"]["kind"] for m in entered(events)][-2:] == ["subagent-report", "subagent-settled"]
-    assert [t["turn"] for t in of_type(events, "turn/start")] == [1, 2]
+    assert [t["turn"] for t in events_of(events, "turn/start")] == [1, 2]
     assert_script_consumed(tree)
 
 
 async def test_rejected_child_pre_step_settles_as_refusal_without_output(make_tree):
     """Matrix 55: a hook rejecting the child's pre-step ends its turn `blocked`; the notice says
     `refusal` with T-NOTICE-NO-OUTPUT."""
-    tree = await make_tree({"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": []}})
+    tree = await make_tree({"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": []}})
 
     async def reject(ctx: Any) -> str:
         return "reject"
 
     on_agent(tree, "child", lambda agent: agent.pre_step.add(reject))
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(tree.wait_quiet(root))
 
-    assert turn_ends(log(tree, child_id)) == ["blocked"]
+    assert turn_end_kinds(log(tree, child_id)) == ["blocked"]
     assert requests_of(tree, child_id) == 0
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "refusal"
@@ -195,7 +195,7 @@ async def test_failed_checkpoint_of_turn_two_settles_as_error_with_turn_one_answ
     """Matrix 56: turn 1 answers; turn 2's pre-step checkpoint fails: the followup is claimed but
     never becomes a `user/message`; the notice says `error` with output `the answer`."""
     tree = await make_tree(
-        {"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": [say("the answer")]}},
+        {"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("the answer")]}},
         batch_delay_ms=60_000,  # writes happen only at barriers, so turn 2's checkpoint has work
     )
     io = FailOnceIO()
@@ -207,17 +207,17 @@ async def test_failed_checkpoint_of_turn_two_settles_as_error_with_turn_one_answ
 
     on_agent(tree, "child", arm_at_turn_two)
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "first", "c", signal())
-    await tree.manager.followup(root, child_id, "second", {"kind": "user"}, signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "first", "c", fresh_signal())
+    await tree.manager.followup(root, child_id, "second", {"kind": "user"}, fresh_signal())
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, child_id)
     assert io.failed == [tree.store.path(child_id)]
     assert [m["content"][0]["text"] for m in entered(events)] == ["first"]
-    ends = of_type(events, "turn/end")
+    ends = events_of(events, "turn/end")
     assert [e["reason"]["kind"] for e in ends] == ["completed", "error"]
     assert ends[1]["reason"]["error"]["code"] == "CHECKPOINT_FAILED"
-    assert [s["turn"] for s in of_type(events, "step/start")] == [1]
+    assert [s["turn"] for s in events_of(events, "step/start")] == [1]
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
     assert texts(notice["content"]) == [
@@ -231,9 +231,9 @@ async def test_notice_is_sent_while_the_parent_still_owns_the_child(make_tree):
     inner settles, at the moment its notice is inserted into middle's inbox middle still owns it."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "middle": {"order": 1, "replies": [calls(sa("inner")), say("WAITING"), say("GOT_INNER")]},
-            "inner": {"spawnedBy": "inner", "replies": [say("INNER_DONE")]},
+            "root": {"replies": [text("NOTED")]},
+            "middle": {"order": 1, "replies": [calls(spawn("inner")), text("WAITING"), text("GOT_INNER")]},
+            "inner": {"spawnedBy": "inner", "replies": [text("INNER_DONE")]},
         }
     )
     gate = hold(tree, "inner")
@@ -250,8 +250,8 @@ async def test_notice_is_sent_while_the_parent_still_owns_the_child(make_tree):
 
     on_agent(tree, "middle", watch_middle)
     root = await tree.create_root()
-    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", signal())
-    await within(tree.wait_quiet(root))
+    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", fresh_signal())
+    await reach(tree.wait_quiet(root))
 
     inner_id = tree.provider.inner.session_of("inner")
     assert owned_at_insert == [{inner_id}]
@@ -280,22 +280,22 @@ async def test_middle_in_maintenance_stays_resident_for_notices_and_runs_them_af
 
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "middle": {"order": 1, "replies": [calls(sa("i1"), sa("i2")), say("WAITING"), say("NOTE1"), say("NOTE2")]},
-            "i1": {"spawnedBy": "i1", "replies": [say("I1_DONE")]},
-            "i2": {"spawnedBy": "i2", "replies": [say("I2_DONE")]},
+            "root": {"replies": [text("NOTED")]},
+            "middle": {"order": 1, "replies": [calls(spawn("i1"), spawn("i2")), text("WAITING"), text("NOTE1"), text("NOTE2")]},
+            "i1": {"spawnedBy": "i1", "replies": [text("I1_DONE")]},
+            "i2": {"spawnedBy": "i2", "replies": [text("I2_DONE")]},
         },
         agent_class=WatchedAgent,
     )
     g1, g2 = hold(tree, "i1"), hold(tree, "i2")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", signal())
+    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", fresh_signal())
     middle = tree.registry.get(middle_id)
     a = tree.manager.activations[middle_id]
-    await within(g1.reached.wait())
-    await within(g2.reached.wait())
-    await within(middle.when_idle())
+    await reach(g1.reached.wait())
+    await reach(g2.reached.wait())
+    await reach(middle.when_idle())
     i1_id, i2_id = tree.provider.inner.session_of("i1"), tree.provider.inner.session_of("i2")
 
     maintenance_over = asyncio.Event()
@@ -311,8 +311,8 @@ async def test_middle_in_maintenance_stays_resident_for_notices_and_runs_them_af
     for gate, inner_id in ((g1, i1_id), (g2, i2_id)):
         acted = watched[middle_id] = asyncio.Event()
         gate.release()
-        await within(edges.ended(inner_id).wait())
-        await within(acted.wait())
+        await reach(edges.ended(inner_id).wait())
+        await reach(acted.wait())
         assert a.disposal is None, "middle was judged settled while its notice waited behind maintenance"
 
     notice_ids = [m["id"] for _, m in settled_inserts(log(tree, middle))]
@@ -321,8 +321,8 @@ async def test_middle_in_maintenance_stays_resident_for_notices_and_runs_them_af
     assert tree.manager.activations.get(middle_id) is a and middle.status == "idle"
 
     maintenance_over.set()
-    await within(maintained)
-    await within(tree.wait_quiet(root))
+    await reach(maintained)
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, middle_id)
     by_turn: dict[int, list[str]] = {}
@@ -350,16 +350,16 @@ async def test_failing_handle_disposal_after_a_clean_answer_sends_an_error_notic
                 raise RuntimeError("handle broke")
 
     tree = await make_tree(
-        {"root": {"replies": [say("NOTED")]}, "child": {"order": 1, "replies": [say("clean answer")]}},
+        {"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("clean answer")]}},
         agent_class=BrokenHandle,
     )
     on_agent(tree, "child", lambda agent: broken.add(agent.id))
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(tree.wait_quiet(root))
 
-    assert turn_ends(log(tree, child_id)) == ["completed"]
+    assert turn_end_kinds(log(tree, child_id)) == ["completed"]
     assert [(e["stopReason"], "output" in e) for e in edges.end_of(child_id)] == [("error", False)]
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
@@ -374,8 +374,8 @@ async def test_idle_parent_gets_exactly_one_new_turn_per_notice(make_tree):
     exactly one new turn and one more request."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("sa")), say("STARTED"), say("NOTED")]},
-            "child": {"spawnedBy": "sa", "replies": [say("DONE")]},
+            "root": {"replies": [calls(spawn("sa")), text("STARTED"), text("NOTED")]},
+            "child": {"spawnedBy": "sa", "replies": [text("DONE")]},
         }
     )
     gate = hold(tree, "child")
@@ -384,18 +384,18 @@ async def test_idle_parent_gets_exactly_one_new_turn_per_notice(make_tree):
 
     def on_idle(p: dict[str, Any]) -> None:
         if p["status"] == "idle" and not counts:
-            counts.append((len(of_type(log(tree, root), "turn/start")), requests_of(tree, root.id)))
+            counts.append((len(events_of(log(tree, root), "turn/start")), requests_of(tree, root.id)))
             gate.release()
 
     root.events.on("agent/status", on_idle)
     root.followup(user_message("go"))
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, root)
     assert counts == [(1, 2)]
-    assert (len(of_type(events, "turn/start")), requests_of(tree, root.id)) == (2, 3)
+    assert (len(events_of(events, "turn/start")), requests_of(tree, root.id)) == (2, 3)
     assert [t for t, _ in settled_inserts(events)] == ["next-turn"]
-    assert turn_ends(events) == ["completed", "completed"]
+    assert turn_end_kinds(events) == ["completed", "completed"]
     assert_script_consumed(tree)
 
 
@@ -404,9 +404,9 @@ async def test_running_parent_held_at_pre_step_batches_two_notices_into_one_step
     items, no next-turn item and no new `turn/start`; one later step enters both."""
     tree = await make_tree(
         {
-            "root": {"replies": [calls(sa("c1"), sa("c2")), say("STARTED"), say("BOTH")]},
-            "c1": {"spawnedBy": "c1", "replies": [say("C1_DONE")]},
-            "c2": {"spawnedBy": "c2", "replies": [say("C2_DONE")]},
+            "root": {"replies": [calls(spawn("c1"), spawn("c2")), text("STARTED"), text("BOTH")]},
+            "c1": {"spawnedBy": "c1", "replies": [text("C1_DONE")]},
+            "c2": {"spawnedBy": "c2", "replies": [text("C2_DONE")]},
         }
     )
     gate = hold(tree, "root", turn=1, step=2)
@@ -417,15 +417,15 @@ async def test_running_parent_held_at_pre_step_batches_two_notices_into_one_step
         lambda p: len(settled_inserts(log(tree, root))) == 2 and gate.release(),
     )
     root.followup(user_message("go"))
-    await within(gate.reached.wait())
+    await reach(gate.reached.wait())
     for child in children:
-        await within(child.reached.wait())
+        await reach(child.reached.wait())
         child.release()
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
 
     events = log(tree, root)
     assert [t for t, _ in settled_inserts(events)] == ["next-step", "next-step"]
-    assert len(of_type(events, "turn/start")) == 1
+    assert len(events_of(events, "turn/start")) == 1
     assert gate.ctx is not None and gate.ctx.claimed == []
     step_of: dict[str, int] = {}
     step = 0
@@ -435,7 +435,7 @@ async def test_running_parent_held_at_pre_step_batches_two_notices_into_one_step
         elif e["type"] == "user/message" and e["data"]["source"]["kind"] == "subagent-settled":
             step_of[e["data"]["source"]["senderSessionId"]] = step
     assert sorted(step_of.values()) == [3, 3]
-    assert turn_ends(events) == ["completed"]
+    assert turn_end_kinds(events) == ["completed"]
     assert_script_consumed(tree)
 
 
@@ -444,16 +444,16 @@ async def test_parent_disposed_while_child_finishes_drops_the_notice_silently(ma
     one `subagent/end`, the notice is dropped (parent not registered) and nothing is logged as a
     warning."""
     caplog.set_level(logging.WARNING)
-    tree = await make_tree({"root": {"replies": []}, "child": {"order": 1, "replies": [say("DONE")]}})
+    tree = await make_tree({"root": {"replies": []}, "child": {"order": 1, "replies": [text("DONE")]}})
     gate = hold(tree, "child")
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(gate.reached.wait())
-    await within(root.dispose())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(gate.reached.wait())
+    await reach(root.dispose())
 
     gate.release()
-    await within(edges.ended(child_id).wait())
+    await reach(edges.ended(child_id).wait())
 
     assert [e["stopReason"] for e in edges.end_of(child_id)] == ["completed"]
     assert tree.manager.activations == {}
@@ -473,12 +473,12 @@ async def test_parent_followup_raising_is_logged_and_the_child_still_settles(mak
             return super().followup(message)
 
     tree = await make_tree(
-        {"root": {"replies": []}, "child": {"order": 1, "replies": [say("DONE")]}}, agent_class=RefusingParent
+        {"root": {"replies": []}, "child": {"order": 1, "replies": [text("DONE")]}}, agent_class=RefusingParent
     )
     root = await tree.create_root()
     edges = lifecycle(tree)
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(edges.ended(child_id).wait())
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(edges.ended(child_id).wait())
 
     assert [e["stopReason"] for e in edges.end_of(child_id)] == ["completed"]
     assert tree.manager.activations == {} and child_id not in tree.registry
@@ -494,22 +494,22 @@ async def test_notice_to_a_parent_whose_own_disposal_is_open_is_injected(make_tr
     it pending for the middle's next residency (issue 9 item 4: no longer cancelled unread)."""
     tree = await make_tree(
         {
-            "root": {"replies": [say("NOTED")]},
-            "middle": {"order": 1, "replies": [calls(sa("inner")), say("WAITING")]},
+            "root": {"replies": [text("NOTED")]},
+            "middle": {"order": 1, "replies": [calls(spawn("inner")), text("WAITING")]},
             "inner": {"spawnedBy": "inner", "replies": []},
         }
     )
     gate = hold(tree, "inner")
     root = await tree.create_root()
-    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", signal())
+    middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", fresh_signal())
     middle = tree.registry.get(middle_id)
-    await within(gate.reached.wait())
-    await within(middle.when_idle())
+    await reach(gate.reached.wait())
+    await reach(middle.when_idle())
     inner_id = tree.provider.inner.session_of("inner")
     statuses: list[str] = []
     middle.events.on("agent/status", lambda p: statuses.append(p["status"]))
 
-    await within(drain_children(tree.manager, root, [middle_id]))
+    await reach(drain_children(tree.manager, root, [middle_id]))
 
     events = log(tree, middle_id)
     notices = settled_inserts(events)
@@ -525,6 +525,6 @@ async def test_notice_to_a_parent_whose_own_disposal_is_open_is_injected(make_tr
     assert "turn/start" not in types[insert_at:] and statuses == []
     after = [e["data"] for e in events[insert_at + 1:] if e["type"] == "agent/inbox/spliced"]
     assert after == []
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     assert [m["source"]["senderSessionId"] for m in entered(log(tree, root), "subagent-settled")] == [middle_id]
     assert_script_consumed(tree)

@@ -26,8 +26,8 @@ from crash_kit import (
     user,
     write,
 )
+from tree_kit import hold, reach
 
-from ._manager_kit import within
 
 SPAWN = {"id": "c1", "name": "subagent", "arguments": {"label": "w", "prompt": "do W"}}
 SEND = {"id": "s1", "name": "send_message", "arguments": {"agent_id": CHILD, "message": "SECOND"}}
@@ -57,7 +57,7 @@ def child_log_settled(log: Log | None = None) -> Log:
 async def resume(make_tree: Any, home: Path, agents: dict[str, Any]) -> Any:
     tree = await make_tree(agents)
     root = await tree.create_root(resume=ROOT)
-    await within(tree.wait_quiet(root))
+    await reach(tree.wait_quiet(root))
     await tree.shutdown(root)
     return tree
 
@@ -219,14 +219,13 @@ async def _started(make_tree: Any) -> tuple[Any, Any, Any]:
     """A tree whose root spawned `w` (held at its first step) and finished turn 1 with STARTED."""
     from loader.agent import user_message
 
-    from ._manager_kit import hold
 
     tree = await make_tree(_root_and_child_scripts())
     gate = hold(tree, "w")
     root = await tree.create_root()
     root.followup(user_message("go", {"kind": "user"}))
-    await within(gate.reached.wait())
-    await within(root.when_idle())
+    await reach(gate.reached.wait())
+    await reach(root.when_idle())
     return tree, root, gate
 
 
@@ -241,10 +240,10 @@ async def test_a_notice_to_a_parent_that_is_not_live_is_kept_in_its_session_and_
     child_id = tree.provider.inner.session_of("w")
     ended = asyncio.Event()
     tree.manager.events.on("subagent/end", lambda _e: ended.set())
-    await within(root.dispose())
+    await reach(root.dispose())
     gate.release()
-    await within(ended.wait())
-    await within(asyncio.gather(*tree.manager.offline_deliveries))
+    await reach(ended.wait())
+    await reach(asyncio.gather(*tree.manager.offline_deliveries))
 
     kept = events_of(home, root.id)
     assert [m["id"] for m in notices_in(kept, child_id)] == [notice_id(child_id, 1)]
@@ -252,7 +251,7 @@ async def test_a_notice_to_a_parent_that_is_not_live_is_kept_in_its_session_and_
 
     again = await make_tree(_root_and_child_scripts())
     resumed = await again.create_root(resume=root.id)
-    await within(again.wait_quiet(resumed))
+    await reach(again.wait_quiet(resumed))
     await again.shutdown(resumed)
     final = events_of(home, root.id)
     assert [m["id"] for m in notices_in(final, child_id)] == [notice_id(child_id, 1)]
@@ -270,8 +269,8 @@ async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next
     tree, root, _gate = await _started(make_tree)
     child_id = tree.provider.inner.session_of("w")
     turns_before = sum(e["type"] == "turn/start" for e in root.session.events)
-    await within(drain_descendants(tree.manager, [root]))
-    await within(root.dispose())
+    await reach(drain_descendants(tree.manager, [root]))
+    await reach(root.dispose())
 
     kept = events_of(home, root.id)
     got = notices_in(kept, child_id)
@@ -281,7 +280,7 @@ async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next
 
     again = await make_tree(_root_and_child_scripts())
     resumed = await again.create_root(resume=root.id)
-    await within(again.wait_quiet(resumed))
+    await reach(again.wait_quiet(resumed))
     await again.shutdown(resumed)
     final = events_of(home, root.id)
     assert entered_ids(final).count(notice_id(child_id, 1)) == 1
@@ -298,7 +297,7 @@ async def test_a_live_parent_whose_log_holds_the_notice_id_never_gets_it_twice(m
     root = await tree.create_root()
     message = settlement_message(CHILD, "completed", None, epoch=1)
     deliver_live(tree.manager, root, message)
-    await within(root.when_idle())
+    await reach(root.when_idle())
     assert entered_ids(root.session.events) == [message["id"]]  # claimed and answered: no longer pending
 
     deliver_live(tree.manager, root, dict(message))

@@ -26,7 +26,7 @@ from tree_kit import (
     call,
     calls,
     events_of,
-    inserted,
+    inserts,
     maintenance_until,
     reach,
     result_text,
@@ -37,7 +37,7 @@ from tree_kit import (
     texts,
     tool_results,
     turn_ends,
-    user_messages,
+    entered,
 )
 
 
@@ -66,17 +66,17 @@ async def test_wakeup_report_to_an_idle_root_starts_a_turn(make_tree):
 
     assert root.status == "running"
     assert len(events_of(root, "turn/start")) == turns_before + 1
-    target, message = inserted(root)[-1]
+    target, message = inserts(root)[-1]
     assert (target, message["id"]) == ("next-step", message_id)
     assert texts(message) == [render("T-REPORT-RELAY", id=child.id), "the result"]
     assert message["source"] == {"kind": "subagent-report", "form": "relay", "senderSessionId": child.id}
     await reach(root.when_idle())
-    assert user_messages(root)[-1]["id"] == message_id
+    assert entered(root)[-1]["id"] == message_id
     assert child.status == "running"  # the report did not touch the child's turn
 
-    held.release.set()
+    held.release()
     await tree.wait_quiet(root)
-    assert source_kinds(user_messages(root))[-2:] == ["subagent-report", "subagent-settled"]
+    assert source_kinds(entered(root))[-2:] == ["subagent-report", "subagent-settled"]
 
 
 async def test_quiet_report_waits_in_next_step_without_a_turn(make_tree):
@@ -112,13 +112,13 @@ async def test_two_wakeup_reports_to_a_running_root_share_one_step(make_tree):
     second = report_from(tree.manager, child, "SECOND", fresh_signal())
     assert [m["id"] for m in root.inbox.next_step] == [first, second]
 
-    root_held.release.set()
+    root_held.release()
     await reach(watch.idle_after_run("root"))
     entered = {(turn, step): [(m["id"], texts(m)[-1]) for m in msgs] for turn, step, msgs in step_batches(root)}
     assert entered[(1, 2)] == []
     assert entered[(1, 3)] == [(first, "FIRST"), (second, "SECOND")]
     assert len(events_of(root, "turn/start")) == 1
-    child_held.release.set()
+    child_held.release()
     await tree.wait_quiet(root)
 
 
@@ -143,7 +143,7 @@ async def test_report_then_settlement_queue_in_that_order_behind_a_running_root(
     assert result["value"] == {"messageId": report["id"]}
     assert result_text(result) == render("T-REPORT-OK", messageId=report["id"])
 
-    root_held.release.set()
+    root_held.release()
     await tree.wait_quiet(root)
     assert step_batches(root)[-1][:2] == (1, 3)
     assert source_kinds(step_batches(root)[-1][2]) == ["subagent-report", "subagent-settled"]
@@ -166,7 +166,7 @@ async def test_report_and_notice_to_a_maintaining_root_enter_one_step_after_main
     finish = asyncio.Event()
     done = root.run_maintenance(maintenance_until(finish))
     report_id = report_from(tree.manager, child, "R", fresh_signal())
-    held.release.set()
+    held.release()
     await reach(watch.ended("child"))
     assert [m["id"] for m in root.inbox.next_step] == [report_id]
     assert source_kinds(root.inbox.next_turn) == ["subagent-settled"]
@@ -205,7 +205,7 @@ async def test_a_wakeup_report_to_a_maintaining_resident_parent_goes_through_adm
     assert report_id in ma.accepted
     assert [m["id"] for m in middle.inbox.next_step] == [report_id]
 
-    held.release.set()
+    held.release()
     await reach(watch.ended("inner"))
     assert ma.owned_children == set() and tree.manager.activations.get(middle.id) is ma
     assert ma.disposal is None
@@ -224,10 +224,10 @@ async def test_a_report_with_an_aborted_signal_is_refused_before_anything_is_sen
     tree, watch, root, child, held = await _idle_root_with_held_child(make_tree)
     controller = AbortController()
     controller.abort({"kind": "user"})
-    inserts_before = len(inserted(root))
+    inserts_before = len(inserts(root))
     with pytest.raises(Aborted):
         report_from(tree.manager, child, "x", controller.signal)
-    assert len(inserted(root)) == inserts_before and root.status == "idle"
+    assert len(inserts(root)) == inserts_before and root.status == "idle"
 
 
 async def test_the_root_cannot_report(make_tree):
@@ -268,11 +268,11 @@ async def test_a_report_from_a_child_whose_disposal_is_open_is_activation_closin
     opened = asyncio.Event()
     tree.manager.events.on("changed", lambda _p: opened.set() if a.disposal is not None else None)
     await reach(opened)
-    inserts_before = len(inserted(root))
+    inserts_before = len(inserts(root))
     with pytest.raises(SubagentError) as info:
         report_from(tree.manager, child, "x", fresh_signal())
     assert (info.value.code, info.value.message) == ("ACTIVATION_CLOSING", TEXTS["T-ERR-CLOSING-REPORT"])
-    assert len(inserted(root)) == inserts_before
+    assert len(inserts(root)) == inserts_before
     await reach(drain)
 
 

@@ -32,16 +32,16 @@ from tree_kit import (
     build,
     calls,
     fresh_signal,
-    inserted,
+    inserts,
+    on_agent,
     reach,
     spawn,
     step_batches,
     text,
     turn_ends,
-    user_messages,
+    entered,
 )
 
-from ._manager_kit import on_agent
 
 USER = {"kind": "user"}
 COMPLETED = {"kind": "completed"}
@@ -54,7 +54,7 @@ def aborted(cause: dict[str, Any]) -> dict[str, Any]:
 
 def notices(agent: Agent) -> list[tuple[str, dict[str, Any]]]:
     """`(target, notice)` for every settlement notice inserted into `agent`'s inbox, in log order."""
-    return [(t, m) for t, m in inserted(agent) if m["source"]["kind"] == "subagent-settled"]
+    return [(t, m) for t, m in inserts(agent) if m["source"]["kind"] == "subagent-settled"]
 
 
 def assert_script_consumed(tree: Any) -> None:
@@ -84,12 +84,12 @@ async def test_notice_to_a_running_parent_whose_turn_was_cancelled_opens_its_own
     try:
         root.cancel(USER, keep_inbox=True)
         assert root.status == "running"  # cancelled, not yet converged
-        child_held.release.set()
+        child_held.release()
         await reach(watch.ended("child"))
         [(target, notice)] = notices(root)
         assert target == "next-turn"
     finally:
-        root_held.release.set()  # this hold ignores the abort: a failed check must not pin teardown
+        root_held.release()  # this hold ignores the abort: a failed check must not pin teardown
     await reach(tree.wait_quiet(root))
     assert turn_ends(root) == [aborted(USER), COMPLETED]
     turn, step, batch = step_batches(root)[-1]
@@ -130,7 +130,7 @@ async def test_stopping_a_child_that_already_failed_keeps_the_failure(make_tree,
     child = watch.agents["child"]
     await reach(held.reached)
     await tree.manager.followup(root, child_id, "second", USER, fresh_signal())
-    held.release.set()
+    held.release()
     await reach(watch.idle_after_run("child"))
     a = tree.manager.activations[child_id]
     assert a.parked and [e["kind"] for e in turn_ends(child)] == [recorded]
@@ -296,7 +296,7 @@ async def test_no_observer_sees_a_settled_child_without_its_notice_or_still_owne
         middle_id, _ = await tree.manager.start_continuable(root, "m", "delegate", "m", fresh_signal())
         await reach(inner_held.reached)
         await reach(watch.idle_after_run("middle"))
-        inner_held.release.set()
+        inner_held.release()
         await reach(tree.wait_quiet(root))
     finally:
         probe.stop()

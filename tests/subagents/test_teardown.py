@@ -24,9 +24,19 @@ from loader.agent import Agent
 from loader.errors import SubagentError
 from loader.subagents import drain_children, drain_descendants
 from loader.texts import TEXTS, render
-from tree_kit import TreeWatch, build, calls, fresh_signal, inserted, reach, spawn, text, texts
+from tree_kit import (
+    TreeWatch,
+    build,
+    calls,
+    fresh_signal,
+    inserts,
+    on_agent,
+    reach,
+    spawn,
+    text,
+    texts,
+)
 
-from ._manager_kit import on_agent
 
 UNREADABLE = "event log unreadable"
 
@@ -76,7 +86,7 @@ async def test_a_failure_computing_the_outcome_still_removes_notifies_and_releas
     await reach(held.reached)
     inner_id = watch.id_of("inner")
     activation = tree.manager.activations[inner_id]
-    held.release.set()
+    held.release()
     await reach(watch.ended("inner"))
 
     assert activation.disposal is not None and activation.disposal.done()
@@ -91,10 +101,10 @@ async def test_a_failure_computing_the_outcome_still_removes_notifies_and_releas
 
     await reach(tree.wait_quiet(root))
     middle = watch.agents["middle"]
-    [(target, notice)] = [(t, m) for t, m in inserted(middle) if m["source"]["kind"] == "subagent-settled"]
+    [(target, notice)] = [(t, m) for t, m in inserts(middle) if m["source"]["kind"] == "subagent-settled"]
     assert notice["source"]["stopReason"] == "error"
     assert texts(notice) == [render("T-NOTICE-error", id=inner_id), TEXTS["T-NOTICE-NO-OUTPUT"]]
-    root_notices = [m for _, m in inserted(root) if m["source"]["kind"] == "subagent-settled"]
+    root_notices = [m for _, m in inserts(root) if m["source"]["kind"] == "subagent-settled"]
     assert [(m["source"]["senderSessionId"], m["source"]["stopReason"]) for m in root_notices] == [
         (middle_id, "completed")
     ]
@@ -181,7 +191,7 @@ async def test_every_failing_child_is_waited_for_and_named_once_in_the_failure(m
     if drain != "selected-children":
         assert tree.manager.activations == {}
         assert ends[middle_id] == "error"
-        [(_, notice)] = [(t, m) for t, m in inserted(root) if m["source"]["kind"] == "subagent-settled"]
+        [(_, notice)] = [(t, m) for t, m in inserts(root) if m["source"]["kind"] == "subagent-settled"]
         assert notice["source"]["senderSessionId"] == middle_id and notice["source"]["stopReason"] == "error"
 
 
@@ -227,7 +237,7 @@ async def test_a_crashed_transaction_still_resolves_its_disposal_with_the_crash(
     tree.manager.events.on("changed", lambda _p: activation.disposal is not None and opened.set())
     monkeypatch.setattr(tree.manager, "release_ownership", broken_release)
     with caplog.at_level(logging.ERROR, logger="loader.subagents.teardown"):
-        held.release.set()
+        held.release()
         await reach(opened)
         assert activation.disposal is not None
         await reach(asyncio.wait({activation.disposal}))

@@ -170,7 +170,7 @@ async def test_list_agents_reports_each_residency_state_and_omits_one_shot_child
     await reach(grand.reached)
     await reach(watch.idle_after_run("waits"))
     await reach(watch.idle_after_run("root"))
-    settles.release.set()
+    settles.release()
     await reach(watch.ended("settles"))
     await reach(root.when_idle())  # the notice turn
     parked = watch.agents["parks"]
@@ -271,7 +271,7 @@ async def test_send_message_and_interrupt_agent_render_their_texts(make_tree):
     root.followup(user_message("go"))
     await reach(root_held.reached)
     await reach(watch.hang("child"))
-    root_held.release.set()
+    root_held.release()
     await reach(watch.idle_after_run("root"))
     child = watch.agents["child"]
     results = tool_results(root)
