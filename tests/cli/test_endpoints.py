@@ -62,3 +62,15 @@ def test_the_openai_overlay_without_its_key_names_the_variable(dsh, home):
     assert "OPENAI_API_KEY" in result.stderr and result.stderr.count("\n") == 1
 
 
+
+def test_a_keyless_endpoint_through_the_environment_alone(dsh, home, llm):
+    """`DSH_MODEL__API_KEY_ENV=null` (pydantic-settings' none string) makes the default profile
+    keyless; the key variable of the default profile is then not needed."""
+    route = llm.post("http://127.0.0.1:9/v1/chat/completions").mock(
+        return_value=httpx.Response(200, headers=SSE_HEADERS, content=sse(delta(content="ok"), finish("stop"))))
+
+    result = dsh("run", "hi", "--home", home, env={**NO_KEYS, "DSH_MODEL__API_KEY_ENV": "null",
+                                                    "DSH_MODEL__BASE_URL": "http://127.0.0.1:9/v1"})
+
+    assert (result.exit_code, result.stdout) == (0, "ok\n"), result.stderr
+    assert "authorization" not in route.calls.last.request.headers
