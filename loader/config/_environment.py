@@ -5,7 +5,9 @@ Rules (README "Environment"):
 - Prefix `DSH_`, nested delimiter `__`, names case-insensitive, snake_case field names as segments
   (pydantic-settings also matches the camelCase alias, `DSH_MODEL__BASEURL`); a segment naming a
   section takes a JSON object; the value `null` sets null (`DSH_MODEL__API_KEY_ENV=null`: a keyless
-  endpoint). Values stay strings; `compose` validates them with their provenance.
+  endpoint; JSON's own null in a section, pydantic-settings' `env_parse_none_str` for a leaf, which
+  we apply ourselves since the source's none marker is private). Values stay strings; `compose`
+  validates them with their provenance.
 - A variable whose first segment names a configuration section (`model`, `agent`, `subagents`,
   `persistence`, `run`, `limits`, `testing`) must name a key: otherwise one problem line (exit 2),
   with a did-you-mean (difflib) when a key is close.
@@ -32,7 +34,6 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
-from pydantic_settings.sources.utils import parse_env_vars
 
 from loader.boundedjson import JsonProblem, loads_bounded
 from loader.config._layers import Layer
@@ -61,8 +62,7 @@ class DshEnvironment(BaseSettings):
     validates the decoded values layer by layer, so errors name the variable."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, case_sensitive=False,
-        env_parse_none_str=NONE_STRING, extra="ignore",
+        env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, case_sensitive=False, extra="ignore",
     )
 
     home: str | None = None  # DSH_HOME: the storage root (default ~/.dsh); read by cli/common.py
@@ -89,7 +89,8 @@ class _EnvironSource(EnvSettingsSource):
         super().__init__(DshEnvironment)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+        # What the base loader does with os.environ (case_sensitive is False): names lowercased.
+        return {name.lower(): value for name, value in self._environ.items()}
 
 
 def env_profile(environ: Mapping[str, str]) -> str | None:
@@ -118,24 +119,35 @@ def env_layers(environ: Mapping[str, str]) -> tuple[list[Layer], list[str]]:
         if segments[0] not in SECTIONS:
             continue  # not a configuration variable (issue 16 item 6)
         raw = environ[name]
-        problem = _check(name, segments, raw)
-        if problem is not None:
-            problems.append(problem)
+        checked = _check(name, segments, raw)
+        if isinstance(checked, str):
+            problems.append(checked)
             continue
+        path, is_section = checked
         try:
             decoded = _EnvironSource({name: raw})()
         except SettingsError as exc:  # the bounded pre-check refuses what json.loads would
-            problems.append(f"environment {name}: {'.'.join(segments)}: {exc}")
+            problems.append(f"environment {name}: {'.'.join(path)}: {exc}")
             continue
         values, unknown = _camel_keys(Config, decoded, (), exact_from=len(segments))
         problems.extend(f"environment {name}: {line}" for line in unknown)
+        if raw == NONE_STRING and not is_section:  # a section's `null` is JSON already
+            values = _nested(path, None)
         layers.append(Layer("env", name, values))
     return layers, problems
 
 
-def _check(name: str, segments: list[str], raw: str) -> str | None:
+def _nested(path: list[str], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {path[-1]: value}
+    for key in reversed(path[:-1]):
+        out = {key: out}
+    return out
+
+
+def _check(name: str, segments: list[str], raw: str) -> str | tuple[list[str], bool]:
     """The problem with a configuration variable's name (a segment that names no key), or with
-    its section value, which must be a JSON object; None when pydantic-settings may decode it."""
+    its section value, which must be a JSON object (or `null`). Without a problem: the key's
+    camelCase path and whether it names a section."""
     model: type[BaseModel] | None = Config
     path: list[str] = []
     for i, segment in enumerate(segments):
@@ -149,14 +161,14 @@ def _check(name: str, segments: list[str], raw: str) -> str | None:
         path.append(info[1].alias or info[0])
         model = _section_model(info[1].annotation)
     if model is None or raw == NONE_STRING:
-        return None
+        return path, model is not None
     try:
         decoded = loads_bounded(raw)
     except JsonProblem as exc:
         return f"environment {name}: {'.'.join(path)}: not valid JSON: {exc.msg}"
     if not isinstance(decoded, dict):
         return f"environment {name}: {'.'.join(path)}: expected a JSON object"
-    return None
+    return path, True
 
 
 def _suggest(name: str, segments: list[str], at: int, model: type[BaseModel] | None) -> str | None:

@@ -5,8 +5,10 @@ port and killed at teardown.
 Why llmock: it installs from PyPI with no downloads at run time, serves `/v1/chat/completions` as a
 real uvicorn server (so truncation and headers go through a genuine HTTP stack, which respx cannot
 reproduce), and its control API (`POST /_llmock/scenario`) scripts the next answers: replies, tool
-calls, HTTP errors with `Retry-After`, stream faults. The LiteLLM proxy needs an upstream model to
-proxy to; aimock is on PyPI only as a pytest plugin for an npm server.
+calls, HTTP errors with `Retry-After`, stream faults. The other two servers the issue names were
+not taken: aimock has no PyPI server (`aimock` is not on PyPI; `aimock-pytest` downloads the npm
+package `@copilotkit/aimock` at run time and needs Node.js 20), and the LiteLLM proxy
+(`litellm[proxy]`) is a far heavier install for the same coverage.
 
 Readiness is polled with a deadline (no fixed sleep): the server is ready when its control API
 answers. Every test resets the server's scenario queue and journal first. The provider runs
@@ -52,7 +54,6 @@ TOOLS = [{"name": "read_file", "description": "Read a file.",
 class Server:
     port: int
     process: subprocess.Popen[bytes]
-    started_in: float
 
     @property
     def base_url(self) -> str:
@@ -112,7 +113,7 @@ def _start(log: Path) -> Server:
         if process.poll() is not None:
             raise ChildProcessError(f"llmock exited with {process.returncode}: {log.read_text()[-2000:]}")
         if _answers(port):
-            return Server(port, process, time.monotonic() - started)
+            return Server(port, process)
         time.sleep(0.02)  # polling interval of a deadline-bounded wait, not a race
     process.kill()
     process.wait()
@@ -183,12 +184,6 @@ def assemble(chunks: list[Chunk]) -> Any:
     for chunk in chunks:
         assembler.feed(chunk)
     return assembler.result()
-
-
-async def test_llmock_starts_quickly_on_a_loopback_port(server: Server):
-    """Not a race: a figure for the report, with a generous bound."""
-    assert server.started_in < READY_DEADLINE
-    print(f"llmock ready in {server.started_in:.2f} s on port {server.port}")
 
 
 async def test_text_streams_and_assembles(llmock: Server, provider):
