@@ -9,10 +9,21 @@ import typer
 
 from cli.common import fail, say
 
-app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
+# Issue 16 item 6: the variables dsh reads, where a user looks first. (README "Environment".)
+ENVIRONMENT_HELP = (
+    "Environment: DSH_HOME is the storage root (default ~/.dsh; --home wins). "
+    "DSH_PROFILE names the profile when --profile is not given. "
+    "DSH_DEBUG=1 prints an internal error's traceback instead of saving it to a file. "
+    "DSH_<SECTION>__<KEY> sets one key, in snake_case: DSH_MODEL__BASE_URL=http://localhost:11434/v1, "
+    "DSH_SUBAGENTS__REPORT_DELIVERY=quiet; DSH_<SECTION> takes a JSON object, and null sets null. "
+    "A variable that starts with a section name must name a key (else exit 2, with a did-you-mean); "
+    "other DSH_* variables are ignored."
+)
+
+app = typer.Typer(help="Inspect the composed configuration.", epilog=ENVIRONMENT_HELP, no_args_is_help=True)
 
 
-@app.command("show")
+@app.command("show", epilog=ENVIRONMENT_HELP)
 def show(
     profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
     overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,

@@ -146,7 +146,8 @@ def _write_recording(request: RunRequest, provider: ModelProvider, task: str | N
         except DshError:
             logger.warning("recording: could not read session %s", session_id)
     secrets = secrets_from_env(os.environ)
-    key = os.environ.get(request.config.model.api_key_env)
+    variable = request.config.model.api_key_env
+    key = os.environ.get(variable) if variable is not None else None  # None: a keyless endpoint
     if key:
         secrets.append(key)
     try:

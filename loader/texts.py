@@ -109,6 +109,14 @@ TEXTS: dict[str, str] = {
         "session {id} is a subagent of the tree rooted at {root}; resume the tree with "
         "'dsh run --resume {root}'"
     ),
+    # issue 16: third-party endpoints and the environment layer (our wording)
+    "T-PROVIDER-NO-V1": (
+        "is /v1 missing from model.baseUrl? OpenAI-compatible servers usually answer at {suggested}"
+    ),
+    "T-LOG-UNKNOWN-FINISH": (
+        "the model stopped with finish_reason {reason}, which dsh does not know; treating it as {mapped}"
+    ),
+    "T-CONFIG-DID-YOU-MEAN": "unknown key; did you mean {suggestion}?",
     # §19 CLI texts
     "T-CLI-INTERRUPTED": (
         "interrupt accepted for {child}; its current turn will stop and its queued messages are kept"

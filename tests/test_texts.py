@@ -197,7 +197,17 @@ ISSUE_15_TEXTS = {
     "T-UNSAFE-FILE": "{path} is {kind}, not a regular file; refusing to open it (fix: remove it)",
 }
 
-SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS}
+# Issue 16 (endpoints and the environment layer): our wording.
+ISSUE_16_ENDPOINT_TEXTS = {
+    "T-PROVIDER-NO-V1": "is /v1 missing from model.baseUrl? OpenAI-compatible servers usually answer at {suggested}",
+    "T-LOG-UNKNOWN-FINISH": (
+        "the model stopped with finish_reason {reason}, which dsh does not know; treating it as {mapped}"
+    ),
+    "T-CONFIG-DID-YOU-MEAN": "unknown key; did you mean {suggestion}?",
+}
+
+SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
+              **ISSUE_16_ENDPOINT_TEXTS}
 
 
 @pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))

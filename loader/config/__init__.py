@@ -7,7 +7,8 @@ Built once by `headless` or `cli` and passed down as a frozen `Config`; nothing 
 
 from __future__ import annotations
 
-from loader.config._layers import deep_merge
+from loader.config._environment import DshEnvironment
+from loader.config._layers import Layer, deep_merge, flag_layer
 from loader.config.compose import ComposedConfig, compose
 from loader.config.schema import (
     AgentConfig,
@@ -24,6 +25,8 @@ __all__ = [
     "AgentConfig",
     "ComposedConfig",
     "Config",
+    "DshEnvironment",
+    "Layer",
     "ModelConfig",
     "PersistenceConfig",
     "RetryConfig",
@@ -32,4 +35,5 @@ __all__ = [
     "TestingConfig",
     "compose",
     "deep_merge",
+    "flag_layer",
 ]

@@ -2,7 +2,8 @@
 
 Order, later layers winning: schema defaults → profile → transcript overlays (listed order, relative
 to the transcript's directory) → `--overlay` files (argv order, relative to the cwd) → environment
-(`DSH_*`) → under a transcript, `run.parked: release` (§17.2: nobody is there to resume parked
+(`DSH_*`, through pydantic-settings: `_environment.py`) → command-line flags (`flags`, each a
+`flag_layer`) → under a transcript, `run.parked: release` (§17.2: nobody is there to resume parked
 work, so it is forced and shown with source `transcript`).
 
 Profile choice: the `profile` argument, else `DSH_PROFILE`, else `test` when a transcript is given
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from loader.config._layers import Layer, Merged, env_layers, file_layer
+from loader.config._environment import env_layers, env_profile
+from loader.config._layers import Layer, Merged, file_layer
 from loader.config._render import DEFAULT_SOURCE, render_yaml
 from loader.config.schema import Config
 from loader.errors import ConfigError
@@ -92,9 +94,11 @@ def compose(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     pytest_plugin: bool = False,
+    flags: Sequence[Layer] = (),
 ) -> ComposedConfig:
     """Build the configuration of one run. `environ` defaults to `os.environ` and `cwd` to the
-    process cwd; tests pass both so they never touch process state."""
+    process cwd; tests pass both so they never touch process state. `flags` are the command-line
+    overrides (`flag_layer("--model", "model.model", value)`), in argv order."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     base = Path.cwd() if cwd is None else cwd
 
@@ -109,7 +113,7 @@ def compose(
         files.append(file_layer(path, _display(path, base)))
     env_config, problems = env_layers(env)
 
-    layers = [*files, *env_config]
+    layers = [*files, *env_config, *flags]
     on_test_profile = _is_shipped_test_profile(profile_path)
     if not on_test_profile:
         problems = [*_gated_testing_keys(layers), *problems]
@@ -144,10 +148,9 @@ def _profile_name(profile: str | None, environ: Mapping[str, str], transcript: T
         raise ConfigError(EMPTY_PROFILE)
     if profile:
         return profile
-    # pydantic-settings reads names case-insensitively; sort so the choice is deterministic.
-    for name in sorted(environ):
-        if name.lower() == "dsh_profile" and environ[name]:
-            return environ[name]
+    from_env = env_profile(environ)
+    if from_env:
+        return from_env
     return "test" if transcript is not None else "default"
 
 

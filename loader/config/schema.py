@@ -76,12 +76,14 @@ class RetryConfig(_Schema):
 
 class ModelConfig(_Schema):
     """Which model to call and how. The API key itself is never configurable, only the name of the
-    environment variable holding it (`apiKeyEnv`), so no file or `config show` output can leak it."""
+    environment variable holding it (`apiKeyEnv`), so no file or `config show` output can leak it.
+    `apiKeyEnv: null` is a server that takes no key (a local Ollama or vLLM): no variable is read
+    and no `Authorization` header is sent (issue 16 item 4)."""
 
     provider: Literal["openai-compatible", "replay"] = "openai-compatible"
     base_url: Annotated[str, AfterValidator(_http_url)] = "https://api.deepseek.com"
     model: Annotated[str, Field(min_length=1)] = "deepseek-chat"
-    api_key_env: Annotated[str, AfterValidator(_env_name)] = "DEEPSEEK_API_KEY"
+    api_key_env: Annotated[str, AfterValidator(_env_name)] | None = "DEEPSEEK_API_KEY"
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     connect_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 10.0

@@ -4,6 +4,16 @@ transport error or a read gap becomes one `Failure`, and from it one `ProviderEr
 Split from `openai.py` so the streaming module stays about the stream; the two are one seam (STYLE
 §4): nothing else in dsh turns httpx errors into codes. Messages name a status, an exception type
 and a code, never a header, a body or the key.
+
+Issue 16 item 4 (third-party servers):
+- HTTP 529 ("overloaded", sent by Anthropic-style gateways and LiteLLM) is retried like 503 and,
+  when the attempts run out, reported as `PROVIDER_OVERLOADED`.
+- The wait before a retry reads `retry-after-ms` first (milliseconds, which the OpenAI SDKs honour
+  and llmock and LiteLLM send beside a rounded-up `Retry-After`), then `Retry-After` (seconds or an
+  HTTP date). Either may be absent or unparsable; then the full jitter applies.
+- A 404 from a base URL whose path has no `/v1` segment carries T-PROVIDER-NO-V1: most servers
+  (Ollama, vLLM, LiteLLM, OpenAI itself) answer at `/v1/chat/completions`, and a bare 404 gave no
+  clue. The suggestion drops any userinfo and query from the URL.
 """
 
 from __future__ import annotations
@@ -16,12 +26,13 @@ from datetime import datetime, timezone
 import httpx
 
 from loader.errors import ProviderCode, ProviderError
+from loader.texts import render
 
-__all__ = ["Failure", "ReadGap", "gap_failure", "status_failure", "transport_failure"]
+__all__ = ["Failure", "ReadGap", "gap_failure", "retry_after", "status_failure", "transport_failure"]
 
 _RETRIED_STATUS: dict[int, ProviderCode] = {429: "RATE_LIMITED", 500: "PROVIDER_UNAVAILABLE",
                                             502: "PROVIDER_UNAVAILABLE", 503: "PROVIDER_UNAVAILABLE",
-                                            504: "PROVIDER_UNAVAILABLE"}
+                                            504: "PROVIDER_UNAVAILABLE", 529: "PROVIDER_OVERLOADED"}
 
 
 class ReadGap(Exception):
@@ -38,18 +49,20 @@ class Failure:
     retryable: bool = False
     retry_after: float | None = None
     cause: BaseException | None = None
+    hint: str | None = None  # what the user may have got wrong, after the code
 
     def error(self, attempts: int) -> ProviderError:
         tail = f" after {attempts} attempts" if self.retryable and attempts > 1 else ""
-        return ProviderError(self.code, f"{self.what} ({self.code}){tail}", status=self.status)
+        hint = f"; {self.hint}" if self.hint else ""
+        return ProviderError(self.code, f"{self.what} ({self.code}){tail}{hint}", status=self.status)
 
 
-def status_failure(response: httpx.Response) -> Failure:
+def status_failure(response: httpx.Response, base_url: str | None = None) -> Failure:
     status = response.status_code
     what = f"the model provider answered HTTP {status}"
     if status in _RETRIED_STATUS:
         return Failure(_RETRIED_STATUS[status], what, status=status, retryable=True,
-                        retry_after=_retry_after(response.headers.get("retry-after")))
+                        retry_after=retry_after(response.headers))
     code: ProviderCode
     if status in (401, 403):
         code = "AUTH"
@@ -59,7 +72,20 @@ def status_failure(response: httpx.Response) -> Failure:
         code = "PROVIDER_UNAVAILABLE"
     else:
         code = "PROVIDER_REJECTED"
-    return Failure(code, what, status=status)
+    hint = _missing_v1_hint(base_url) if status == 404 and base_url is not None else None
+    return Failure(code, what, status=status, hint=hint)
+
+
+def _missing_v1_hint(base_url: str) -> str | None:
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None
+    if "v1" in url.path.split("/"):
+        return None
+    base = url.copy_with(userinfo=b"", query=None, fragment=None)
+    suggested = str(base).rstrip("/") + "/v1/chat/completions"
+    return render("T-PROVIDER-NO-V1", suggested=suggested)
 
 
 def transport_failure(exc: BaseException, *, retryable: bool = False) -> Failure:
@@ -79,7 +105,20 @@ def gap_failure(read_timeout: float, *, retryable: bool = False) -> Failure:
                     retryable=retryable)
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait as the server asked: `retry-after-ms` wins over `Retry-After`."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis.strip())
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return max(0.0, value / 1000.0)
+    return _retry_after_seconds(headers.get("retry-after"))
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
     if value is None:
         return None
     try:

@@ -10,11 +10,24 @@ Invariants:
   text blocks one user message joined with a blank line;
 - `parse_event` never yields `Finish`: the caller emits it when the stream ends, after any usage
   chunk that follows the `finish_reason` chunk.
+
+Finish reasons (issue 16 item 4: an unknown one used to fail the turn with `UNKNOWN_FINISH`):
+`stop`, `tool_calls` and `length` are §13.2's; the spellings other servers use map onto the same
+three (`function_call` and `tool_use` → tool-calls if the stream carried a tool call, else stop;
+`end_turn`, `stop_sequence`, `eos`,
+`eos_token` → stop; `max_tokens`, `model_length` → max-tokens). Any other reason does not fail
+the turn: the answer was streamed in full, so it becomes `tool-calls` when the stream carried tool
+calls and `stop` otherwise, with a T-LOG-UNKNOWN-FINISH warning. The agent loop runs every tool
+call whatever the finish, so the choice only decides what the log records. `content_filter` and
+`insufficient_system_resource` stay errors: the server said the answer is not usable.
+The legacy `delta.function_call` ({name, arguments}, sent with `finish_reason: function_call` by
+servers that predate tools) is read as tool call 0, so such an answer runs its call.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from loader.errors import ProviderCode, ProviderError
@@ -27,10 +40,20 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
+from loader.texts import render
 
 __all__ = ["finish_reason", "parse_event", "request_body", "to_openai_messages", "to_openai_tools"]
 
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "tool_calls": "tool-calls", "length": "max-tokens"}
+logger = logging.getLogger(__name__)
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop", "tool_calls": "tool-calls", "length": "max-tokens",
+    # spellings of other OpenAI-compatible servers and gateways
+    "end_turn": "stop", "stop_sequence": "stop", "eos": "stop", "eos_token": "stop",
+    "max_tokens": "max-tokens", "model_length": "max-tokens",
+}
+# "The model called a tool", in the legacy and the Anthropic spelling: tool-calls when it did.
+_TOOL_FINISH = frozenset({"function_call", "tool_use"})
 _FINISH_ERRORS: dict[str, ProviderCode] = {"content_filter": "CONTENT_FILTERED",
                   "insufficient_system_resource": "PROVIDER_OVERLOADED"}
 
@@ -59,6 +82,10 @@ def parse_event(data: str) -> tuple[list[Chunk], str | None]:
         content = delta.get("content")
         if isinstance(content, str) and content:
             chunks.append(TextDelta(content))
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict) and not delta.get("tool_calls"):
+            chunks.append(ToolCallDelta(index=0, id=None, name=legacy.get("name") or None,
+                                        arguments_delta=legacy.get("arguments") or ""))
         for position, call in enumerate(delta.get("tool_calls") or []):
             function = call.get("function") or {}
             index = call.get("index")
@@ -87,15 +114,20 @@ def _usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def finish_reason(reason: str) -> FinishReason:
+def finish_reason(reason: str, *, saw_tool_calls: bool = False) -> FinishReason:
+    """Map a raw `finish_reason` (rules in the module docstring); raises only for the two reasons
+    that mean the answer is unusable."""
     if reason in _FINISH:
         return _FINISH[reason]
     if reason in _FINISH_ERRORS:
         code = _FINISH_ERRORS[reason]
         raise ProviderError(code, f"the model stopped with finish_reason {reason} ({code})")
+    mapped: FinishReason = "tool-calls" if saw_tool_calls else "stop"
+    if reason in _TOOL_FINISH:
+        return mapped
     shown = reason if len(reason) <= 40 else reason[:40] + "…"
-    raise ProviderError("UNKNOWN_FINISH", f"the model stopped with an unknown finish_reason "
-                        f"{shown!r} (UNKNOWN_FINISH)")
+    logger.warning(render("T-LOG-UNKNOWN-FINISH", reason=repr(shown), mapped=mapped))
+    return mapped
 
 
 def request_body(request: ModelRequest, default_model: str) -> dict[str, Any]:

@@ -32,6 +32,9 @@ Decisions where the spec leaves room:
   provider's own `model`. Cache hits also read OpenAI's `prompt_tokens_details.cached_tokens`.
 - Message mapping and event parsing are pure functions in `_openai_wire.py`; failure
   classification (status, transport error, read gap → code) lives in `_openai_failures.py`.
+- Keyless endpoints (issue 16 item 4): `model.apiKeyEnv: null` means the server takes no key, as a
+  local Ollama or vLLM; the request then carries no `Authorization` header at all (an empty
+  `Bearer` is refused by some proxies) and no variable is read.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from loader.abort import Aborted, AbortSignal
 from loader.errors import ConfigError, ProviderError
 from loader.models._openai_failures import Failure, ReadGap, gap_failure, status_failure, transport_failure
 from loader.models._openai_wire import finish_reason, parse_event, request_body
-from loader.models.protocol import Chunk, Finish, FinishReason, ModelRequest, OnRetry
+from loader.models.protocol import Chunk, Finish, ModelRequest, OnRetry, ToolCallDelta
 
 __all__ = ["ModelSettings", "OpenAICompatibleProvider"]
 
@@ -76,7 +79,7 @@ class ModelSettings(Protocol):
     @property
     def model(self) -> str: ...
     @property
-    def api_key_env(self) -> str: ...
+    def api_key_env(self) -> str | None: ...
     @property
     def connect_timeout_seconds(self) -> float: ...
     @property
@@ -97,7 +100,7 @@ class OpenAICompatibleProvider:
         *,
         base_url: str,
         model: str,
-        api_key: str,
+        api_key: str | None,
         connect_timeout: float = 10.0,
         read_timeout: float = 120.0,
         max_attempts: int = 4,
@@ -130,10 +133,11 @@ class OpenAICompatibleProvider:
         sleep: Sleep = asyncio.sleep,
         uniform: Uniform = random.uniform,
     ) -> OpenAICompatibleProvider:
-        """Build from `model.*` settings; the key comes from the variable named by `apiKeyEnv`."""
+        """Build from `model.*` settings; the key comes from the variable named by `apiKeyEnv`, and
+        `apiKeyEnv: null` (a keyless local server) reads no variable and sends no key."""
         variable = settings.api_key_env
-        key = environ.get(variable, "").strip()  # a trailing newline would break the header
-        if not key:
+        key = environ.get(variable, "").strip() if variable is not None else None  # no trailing newline
+        if variable is not None and not key:
             raise ConfigError(
                 f"the model API key is missing: set the environment variable {variable}",
                 code="MISSING_API_KEY",
@@ -172,20 +176,22 @@ class OpenAICompatibleProvider:
         signal.throw_if_aborted()
         response, events, event = await self._open(request_body(request, self.model), signal, on_retry)
         try:
-            finish: FinishReason | None = None
+            reason: str | None = None
+            saw_tool_calls = False
             while event is not None:
                 data = event.data.strip()
                 if data == "[DONE]":
                     break
                 if data:
-                    chunks, reason = parse_event(data)
+                    chunks, raw = parse_event(data)
                     for chunk in chunks:
+                        saw_tool_calls = saw_tool_calls or isinstance(chunk, ToolCallDelta)
                         yield chunk
-                    if reason is not None:
-                        finish = finish_reason(reason)
+                    if raw is not None:
+                        reason = raw
                 event = await self._read_after_first(events, response, signal)
-            if finish is not None:
-                yield Finish(finish)
+            if reason is not None:
+                yield Finish(finish_reason(reason, saw_tool_calls=saw_tool_calls))
         finally:
             await _close(events, response)
 
@@ -227,7 +233,7 @@ class OpenAICompatibleProvider:
             return transport_failure(exc, retryable=True)
         if not response.is_success:
             await response.aclose()
-            return status_failure(response)
+            return status_failure(response, self.base_url)
         events = EventSource(response).aiter_sse()
         try:
             first = await self._next_event(events, response, signal)
@@ -252,7 +258,7 @@ class OpenAICompatibleProvider:
             "POST",
             self.url,
             json=body,
-            headers={"Authorization": f"Bearer {self._api_key}", "Accept": "text/event-stream"},
+            headers=self._headers(),
             timeout=self._timeout,
         )
         sending = asyncio.ensure_future(self._client.send(request, stream=True))
@@ -262,6 +268,12 @@ class OpenAICompatibleProvider:
         if isinstance(late, httpx.Response):
             await late.aclose()
         raise Aborted(signal.reason)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
 
     async def _next_event(
         self, events: AsyncIterator[ServerSentEvent], response: httpx.Response, signal: AbortSignal

@@ -99,7 +99,8 @@ def test_m99_a_bad_overlay_is_one_located_line_and_exit_2(dsh, tmp_path, text, e
                  "dsh: environment DSH_SUBAGENTS__REPORT_DELIVERY: subagents.reportDelivery: Input should be 'wakeup' or 'quiet'\n",
                  id="m99-bad-env-value"),
     pytest.param("DSH_SUBAGENTS__REPORT_DELIVRY", "quiet",
-                 "dsh: environment DSH_SUBAGENTS__REPORT_DELIVRY: subagents.report_delivry: unknown key\n",
+                 "dsh: environment DSH_SUBAGENTS__REPORT_DELIVRY: subagents.report_delivry: unknown key; "
+                 "did you mean DSH_SUBAGENTS__REPORT_DELIVERY?\n",
                  id="env-names-no-key"),
 ])
 def test_m99_a_bad_environment_variable_is_named(dsh, name, value, expected):

@@ -250,7 +250,7 @@ def test_unknown_overlay_key_names_its_own_position_and_key_path(dsh, home, tmp_
 
 @pytest.mark.parametrize(("option", "names"), [
     pytest.param("--profile", "default, test", id="profile"),
-    pytest.param("--overlay", "deepseek-reasoner, quiet-reports", id="overlay"),
+    pytest.param("--overlay", "deepseek-reasoner, ollama, openai, quiet-reports, vllm", id="overlay"),
     pytest.param("--transcript", ", ".join(sorted(p.stem for p in SHIPPED.glob("*.yaml"))), id="transcript"),
 ])
 def test_unknown_shipped_name_lists_the_available_names(dsh, home, option, names):

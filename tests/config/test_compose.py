@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.config import ComposedConfig, compose
+from loader.config import ComposedConfig, compose, flag_layer
 from loader.errors import ConfigError
 from loader.shipped import available_names, shipped_dir
 from loader.transcripts import load_transcript
@@ -272,8 +272,19 @@ def test_m99_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     )
 
 
-def test_unknown_environment_key_is_an_error(tmp_path: Path) -> None:
-    assert error(tmp_path, environ={"DSH_FOO__BAR": "1"}) == "environment DSH_FOO__BAR: foo.bar: unknown key"
+def test_unknown_environment_key_in_a_section_is_an_error(tmp_path: Path) -> None:
+    """Issue 16 item 6: only a variable whose first segment names a section is judged."""
+    assert error(tmp_path, environ={"DSH_RUN__BAR": "1", "DSH_FOO__BAR": "1"}) == (
+        "environment DSH_RUN__BAR: run.bar: unknown key")
+
+
+def test_flags_apply_after_the_environment_and_show_as_flag_option(tmp_path: Path) -> None:
+    composed = compose(cwd=tmp_path, environ={"DSH_MODEL__MODEL": "from-env"},
+                       flags=[flag_layer("--model", "model.model", "from-flag")])
+    assert composed.config.model.model == "from-flag"
+    assert composed.provenance["model.model"] == "flag --model"
+    assert error(tmp_path, flags=[flag_layer("--max-steps", "agent.maxStepsPerTurn", 0)]) == (
+        "flag --max-steps: agent.maxStepsPerTurn: Input should be greater than or equal to 1")
 
 
 def test_snake_case_keys_in_yaml_are_unknown(tmp_path: Path) -> None:

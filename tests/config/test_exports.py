@@ -11,6 +11,8 @@ def test_config_exports_exactly_the_pinned_names() -> None:
             "AgentConfig",
             "ComposedConfig",
             "Config",
+            "DshEnvironment",
+            "Layer",
             "ModelConfig",
             "PersistenceConfig",
             "RetryConfig",
@@ -19,6 +21,7 @@ def test_config_exports_exactly_the_pinned_names() -> None:
             "TestingConfig",
             "compose",
             "deep_merge",
+            "flag_layer",
         ]
     )
     assert all(hasattr(loader.config, name) for name in loader.config.__all__)

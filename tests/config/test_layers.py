@@ -1,9 +1,11 @@
-"""Layer merging and environment parsing (SPEC §14.2 items 2 and 4), below `compose`."""
+"""Layer merging (SPEC §14.2 items 2 and 5), below `compose`; the environment's layers are
+tested in test_environment.py."""
 
 from __future__ import annotations
 
 from loader.config import deep_merge
-from loader.config._layers import Layer, Merged, env_layers
+from loader.config import flag_layer
+from loader.config._layers import Layer, Merged
 
 
 def test_m98_mappings_merge_and_lists_replace() -> None:
@@ -31,43 +33,9 @@ def test_merged_tracks_the_last_layer_to_set_each_node() -> None:
     assert merged.origin(("a", "x", "n", "deeper"))[0] is third
 
 
-def test_env_segments_are_snake_case_case_insensitive_and_spelled_camel_case() -> None:
-    layers, problems = env_layers(
-        {"DSH_SUBAGENTS__REPORT_DELIVERY": "quiet", "dsh_model__retry__max_attempts": "2", "PATH": "/bin"}
-    )
-    assert problems == []
-    assert [layer.values for layer in layers] == [
-        {"subagents": {"reportDelivery": "quiet"}},
-        {"model": {"retry": {"maxAttempts": "2"}}},
-    ]
-
-
-def test_env_settings_and_unrelated_variables_are_not_config() -> None:
-    layers, problems = env_layers({"DSH_HOME": "/h", "DSH_PROFILE": "test", "DSH_VERBOSE": "1"})
-    assert (layers, problems) == ([], [])
-
-
-def test_env_unknown_nested_key_is_a_problem_naming_the_variable() -> None:
-    _, problems = env_layers({"DSH_FOO__BAR": "1", "DSH_SUBAGENTS__MAX_DEPTH__X": "1", "DSH_HOME__X": "1"})
-    assert problems == [
-        "environment DSH_FOO__BAR: foo.bar: unknown key",
-        "environment DSH_HOME__X: home.x: unknown key",
-        "environment DSH_SUBAGENTS__MAX_DEPTH__X: subagents.maxDepth.x: unknown key",
-    ]
-
-
-def test_env_section_takes_a_json_object_applied_before_nested_variables() -> None:
-    layers, problems = env_layers(
-        {"DSH_MODEL__MODEL": "nested", "DSH_MODEL": '{"model": "json", "max_tokens": 5, "retry": {"max_attempts": 2}}'}
-    )
-    assert problems == []
-    assert [layer.label for layer in layers] == ["DSH_MODEL", "DSH_MODEL__MODEL"]
-    assert layers[0].values == {"model": {"model": "json", "maxTokens": 5, "retry": {"maxAttempts": 2}}}
-
-
-def test_env_section_value_that_is_not_a_json_object_is_a_problem() -> None:
-    _, problems = env_layers({"DSH_RUN": "release", "DSH_MODEL__RETRY": "[1]"})
-    assert problems == [  # section-wide variables come first, as they are applied first
-        "environment DSH_RUN: run: not valid JSON: Expecting value",
-        "environment DSH_MODEL__RETRY: model.retry: expected a JSON object",
-    ]
+def test_a_flag_layer_sets_one_key_and_reads_as_flag_option() -> None:
+    """The API a command-line flag uses (issue 16 item 3 builds on it)."""
+    layer = flag_layer("--max-steps", "agent.maxStepsPerTurn", 7)
+    assert (layer.kind, layer.values) == ("flag", {"agent": {"maxStepsPerTurn": 7}})
+    assert layer.source(("agent", "maxStepsPerTurn")) == "flag --max-steps"
+    assert layer.where(("agent", "maxStepsPerTurn")) == "flag --max-steps"

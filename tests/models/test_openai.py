@@ -203,7 +203,7 @@ async def test_split_tool_call_deltas_assemble_into_one_call_with_exact_argument
         pytest.param("length", "max-tokens", id="m95-length"),
         pytest.param("content_filter", "CONTENT_FILTERED", id="m95-content-filter"),
         pytest.param("insufficient_system_resource", "PROVIDER_OVERLOADED", id="m95-overloaded"),
-        pytest.param("something_new", "UNKNOWN_FINISH", id="m95-unknown"),
+        pytest.param("something_new", "stop", id="m95-unknown-is-stop"),
     ],
 )
 async def test_every_finish_reason_maps_to_a_finish_or_an_error(llm, make_provider, reason, expected):
