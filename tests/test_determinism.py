@@ -34,6 +34,9 @@ RUNS = 50
 UNATTENDED = ["hello", *SCENARIOS]
 INTERACTIVE = {"interrupt-demo": "its child hangs until a person runs `dsh interrupt`"}
 TWO_SIBLINGS = Path(__file__).parent / "replay" / "two-background-siblings.yaml"
+# Two `--record`ed live runs (tests/models/test_live_tree.py against a respx server), kept as written,
+# so anyone can re-run `dsh flow tests/replay/recorded-*.yaml --repeat 100` on the recorded case.
+RECORDED = sorted((Path(__file__).parent / "replay").glob("recorded-*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,8 @@ def cpu_burners() -> Iterator[list[subprocess.Popen[bytes]]]:
 
     They run at nice 19 so the 500 runs here fit the suite's time budget: the scheduler still
     preempts the test for them at every tick, and every idle moment is theirs. Full-priority load
-    over 100 runs per transcript is measured with `dsh flow --repeat 100` (benchmarks/replay_load.sh)."""
+    over 100 runs per transcript is measured with
+    `benchmarks/with_cpu_load.sh dsh flow NAME --repeat 100`."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(19))
              for _ in range(2)]
     try:
@@ -79,3 +83,15 @@ def test_two_background_siblings_without_fences_give_one_flow_over_50_runs_under
     """Issue 10's case: alpha replies, beta reports then replies, both started in one root step, no
     fence. The default schedule decides; it decides the same way every time."""
     one_flow(dsh_flow, TWO_SIBLINGS, cpu_burners)
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_a_recorded_live_run_gives_one_flow_over_50_runs_under_cpu_load(
+    path: Path, dsh_flow: Any, cpu_burners: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 10 item 3: the recording's generated hold fences pin the order it had live."""
+    one_flow(dsh_flow, path, cpu_burners)
+
+
+def test_both_recorded_cases_are_there() -> None:
+    assert [p.stem for p in RECORDED] == ["recorded-live-run", "recorded-steered-notice"]
