@@ -197,7 +197,18 @@ ISSUE_15_TEXTS = {
     "T-UNSAFE-FILE": "{path} is {kind}, not a regular file; refusing to open it (fix: remove it)",
 }
 
-SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS}
+# Issue 16 item 5 (the notice names the failure): our wording.
+ISSUE_16_NOTICE_TEXTS = {
+    "T-NOTICE-error-detail": "Subagent {id} ran into an error ({code}: {message}) and did not complete its task.",
+    "T-NOTICE-max-tokens-detail": (
+        "Subagent {id} reached its output token limit ({tokens} output tokens) with the task unfinished."
+    ),
+}
+
+SPEC_TEXTS = {
+    **SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
+    **ISSUE_16_NOTICE_TEXTS,
+}
 
 
 @pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))
