@@ -75,6 +75,8 @@ class RunResult:
             "stopReason": self.stop_reason,
             "exitCode": self.exit_code,
             "output": self.output,
+            "error": ({"code": self.error.get("code"), "message": self.error.get("message")}
+                      if self.error is not None else None),
             "usage": self.usage,
             "subagents": self.subagents,
             "violations": self.violations,
@@ -171,7 +173,7 @@ async def run_tree(request: RunRequest) -> RunResult:
     provider = _build_provider(request)
     options = AgentOptions(
         model=config.model.model if script is None else "replay",
-        system_prompt=config.agent.system_prompt,
+        system_prompt=_system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
         max_steps_per_turn=config.agent.max_steps_per_turn,
         max_tokens=config.model.max_tokens,
@@ -294,6 +296,12 @@ async def run_tree(request: RunRequest) -> RunResult:
         released=sorted(children.released),
         budget=budget.summary(),
     )
+
+
+def _system_prompt(config: Config) -> str:
+    """`agent.appendSystemPrompt` (issue 16) follows `agent.systemPrompt` as its own paragraph."""
+    extra = config.agent.append_system_prompt
+    return config.agent.system_prompt if not extra else f"{config.agent.system_prompt}\n\n{extra}"
 
 
 def _accepted_input(events: list[dict[str, Any]]) -> bool:

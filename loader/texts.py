@@ -141,6 +141,8 @@ TEXTS: dict[str, str] = {
     "T-CLI-STALLED": (
         "dsh: waiting on parked subagents {ids}; resume one with 'dsh send' or press Ctrl-C to stop"
     ),
+    # Issue 16 (`--parked release`): the run ended by releasing parked work, and says so.
+    "T-CLI-RELEASED": "dsh: released parked subagents {ids}; their queued messages were discarded",
     "T-CLI-SIGINT": "dsh: stopping agents (press Ctrl-C again to exit now)",
     "T-CLI-TIMEOUT": "dsh: time limit of {seconds}s reached; stopping agents",
     "T-CLI-ROOT-ERROR": "dsh: root turn failed [{code}]: {message}",

@@ -197,8 +197,9 @@ ISSUE_15_TEXTS = {
     "T-UNSAFE-FILE": "{path} is {kind}, not a regular file; refusing to open it (fix: remove it)",
 }
 
-# Issue 16 item 5 (the notice names the failure): our wording.
+# Issue 16 items 3 and 5 (run flags; the notice names the failure): our wording.
 ISSUE_16_NOTICE_TEXTS = {
+    "T-CLI-RELEASED": "dsh: released parked subagents {ids}; their queued messages were discarded",
     "T-NOTICE-error-detail": "Subagent {id} ran into an error ({code}: {message}) and did not complete its task.",
     "T-NOTICE-max-tokens-detail": (
         "Subagent {id} reached its output token limit ({tokens} output tokens) with the task unfinished."

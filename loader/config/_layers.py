@@ -37,7 +37,7 @@ __all__ = ["Layer", "LayerKind", "Merged", "deep_merge", "env_layers", "file_lay
 
 logger = logging.getLogger(__name__)
 
-LayerKind = Literal["file", "env", "transcript"]
+LayerKind = Literal["file", "env", "flag", "transcript"]  # a flag's label is `flag --model`
 NodePath = tuple[str | int, ...]  # YAML keys are str, but a file may hold other scalar keys
 
 ENV_PREFIX = "dsh_"

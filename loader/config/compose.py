@@ -3,7 +3,9 @@
 Order, later layers winning: schema defaults → profile → transcript overlays (listed order, relative
 to the transcript's directory) → `--overlay` files (argv order, relative to the cwd) → environment
 (`DSH_*`) → under a transcript, `run.parked: release` (§17.2: nobody is there to resume parked
-work, so it is forced and shown with source `transcript`).
+work, so it is forced and shown with source `transcript`) → command-line flags (issue 16: `--model`
+sets `model.model`, shown with source `flag --model`; an explicit `--parked wait` beats the
+transcript's rule, for a person who means to `dsh send` to a replay's parked child).
 
 Profile choice: the `profile` argument, else `DSH_PROFILE`, else `test` when a transcript is given
 (so `dsh run --transcript NAME` needs no key), else `default`.
@@ -92,9 +94,11 @@ def compose(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     pytest_plugin: bool = False,
+    flags: Sequence[tuple[str, str, object]] = (),
 ) -> ComposedConfig:
     """Build the configuration of one run. `environ` defaults to `os.environ` and `cwd` to the
-    process cwd; tests pass both so they never touch process state."""
+    process cwd; tests pass both so they never touch process state. `flags` are the command line's
+    `(flag, dotted.yamlKey, value)` overrides, one layer each, outranking the environment."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     base = Path.cwd() if cwd is None else cwd
 
@@ -116,6 +120,8 @@ def compose(
         layers = [_without_testing(layer) for layer in layers]
     if transcript is not None:
         layers.append(Layer("transcript", TRANSCRIPT_SOURCE, {"run": {"parked": "release"}}))
+    # Flags come last: an explicit `--parked wait` outranks the transcript's default too.
+    layers.extend(_flag_layer(*flag) for flag in flags)
 
     merged = Merged()
     for layer in layers:
@@ -136,6 +142,16 @@ def compose(
         layers=[layer.path for layer in files if layer.path is not None],
         fences_allowed=on_test_profile or pytest_plugin,
     )
+
+
+def _flag_layer(flag: str, key: str, value: object) -> Layer:
+    values: dict[str, Any] = {}
+    node = values
+    *sections, leaf = key.split(".")
+    for section in sections:
+        node = node.setdefault(section, {})
+    node[leaf] = value
+    return Layer("flag", f"flag {flag}", values)
 
 
 def _profile_name(profile: str | None, environ: Mapping[str, str], transcript: Transcript | None) -> str:
