@@ -106,8 +106,9 @@ def run(
 
     sinks = RunSinks(on_warning=warn)
     if json_output:
-        sinks.on_event = lambda sid, event: emit({"type": "event", "sessionId": sid, "event": event})
-        sinks.on_lifecycle = emit
+        from loader.ndjson import RecordStream
+
+        sinks.records = RecordStream(emit)
     if sys.stderr.isatty():
         sinks.on_progress = _progress_printer()
 
@@ -130,6 +131,7 @@ def run(
             home=run_home, config=config, task=task, transcript=script,
             fences_allowed=composed.fences_allowed, timeout=timeout, resume=resume, stop=stop,
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
+            profile=_profile_label(composed.profile_path),
         )
         return await run_tree(request)
 
@@ -141,8 +143,8 @@ def run(
         fail(f"{exc.message} [{exc.code}]", 2 if exc.code == "SESSION_UNSAFE" else 1)
     # Precedence (§17.3): a signal's 130 / 143 outranks the stop reason, in the record as in the exit.
     exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
-    if json_output:
-        emit({**result.to_json(), "exitCode": exit_code})
+    if sinks.records is not None:
+        sinks.records.result({**result.to_json(), "exitCode": exit_code})
     else:
         try:
             say(result.output)
@@ -161,6 +163,17 @@ def run(
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
+
+
+def _profile_label(path: Path) -> str:
+    """A shipped profile by its name (`default`), any other by the path it was given as."""
+    from loader.shipped import shipped_dir
+
+    try:
+        shipped = path.resolve().parent == shipped_dir("profiles").resolve()
+    except Exception:  # no shipped directory: every profile is a path
+        shipped = False
+    return path.stem if shipped else str(path)
 
 
 def _task_from_stdin() -> str:
