@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from loader.ndjson import SCHEMA_VERSION, base_url_host, load_schema
 from loader.shipped import available_names
-from loader.texts import TEXTS
+from loader.texts import TEXTS, render
 
 KEY = "sk-test-contract-0123456789"
 BASE = "https://llm.example.test"
@@ -267,3 +267,25 @@ def test_the_readme_examples_validate_against_the_schema(validator):
     records = [json.loads(line) for line in block.splitlines()]
     assert_contract(records, validator)
     assert [r["type"] for r in records] == ["init", "event", "lifecycle", "retry", "waiting", "result"]
+
+
+def test_a_run_failed_by_a_violation_or_a_budget_names_it_in_the_result_error(home, tmp_path, validator):
+    """The root completed, yet the run failed (exit 1): `error` says why, so a pipeline reading only
+    the result record does not mistake it for a success."""
+    extra = transcript(tmp_path, "one-too-many", {"root": {"replies": [{"text": "A"}, {"text": "B"}]}})
+    violated = invoke("run", "--transcript", extra, "--json", "--home", home)
+    records = ndjson(violated.stdout)
+    assert_contract(records, validator)
+    assert (violated.exit_code, records[-1]["stopReason"]) == (1, "completed")
+    assert records[-1]["error"] == {"code": "REPLAY_UNCONSUMED", "message": "agent root consumed 1/2 replies"}
+
+    spawner = transcript(tmp_path, "spawner", {
+        "root": {"replies": [spawn("c1", "w1"), {"text": "STARTED"}, spawn("c2", "w2"), {"text": "CAPPED"}]},
+        "w1": {"spawnedBy": "c1", "replies": [{"text": "W1"}]},
+    })
+    capped = invoke("run", "--transcript", spawner, "--json", "--home", home, "--max-children", "1")
+    records = ndjson(capped.stdout)
+    assert_contract(records, validator)
+    assert capped.exit_code == 1
+    assert records[-1]["error"] == {
+        "code": "BUDGET_EXHAUSTED", "message": render("T-ERR-BUDGET", kind="children", limit=1)}

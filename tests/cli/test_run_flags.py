@@ -212,7 +212,9 @@ def test_resume_last_continues_the_newest_root_in_the_home(live, home):
     resumed = invoke("run", "--resume", "last", "THIRD_TASK", "--overlay", overlay, "--home", home, "--json", env=env)
 
     assert resumed.exit_code == 0, resumed.stderr
-    assert ndjson(resumed.stdout)[-1]["rootSessionId"] == roots[1]
+    records = ndjson(resumed.stdout)
+    assert records[-1]["rootSessionId"] == roots[1]
+    assert (records[0]["type"], records[0]["resumed"], records[0]["rootSessionId"]) == ("init", True, roots[1])
     users = [m["content"] for m in bodies[-1]["messages"] if m["role"] == "user"]
     assert users == ["SECOND_TASK", "THIRD_TASK"]
 
