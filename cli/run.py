@@ -167,11 +167,12 @@ def run(
 
 def _profile_label(path: Path) -> str:
     """A shipped profile by its name (`default`), any other by the path it was given as."""
+    from loader.errors import DshError
     from loader.shipped import shipped_dir
 
     try:
         shipped = path.resolve().parent == shipped_dir("profiles").resolve()
-    except Exception:  # no shipped directory: every profile is a path
+    except DshError:  # no shipped directory: every profile is a path
         shipped = False
     return path.stem if shipped else str(path)
 

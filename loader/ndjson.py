@@ -108,8 +108,10 @@ class RecordStream:
             self._write(queued)
 
     def result(self, rec: dict[str, Any]) -> None:
-        if self._pending is not None:  # the run failed before it started: still one init-less result
-            self.init(rec)
-        else:
-            self._write(rec)
+        """The last record. `run_tree` emits `init` before it can return a result, so records are
+        never pending here; were they, they go out before the result rather than being lost."""
+        for queued in self._pending or []:
+            self._write(queued)
+        self._pending = None
+        self._write(rec)
         self.closed = True
