@@ -34,11 +34,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
 ) -> None:
     """dsh: a headless agent runtime."""
+    if ctx.invoked_subcommand != "run":  # `dsh run` imports the runtime first, then says so itself
+        fastpath.started()
 
 
 app.command("run")(run.run)

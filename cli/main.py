@@ -71,6 +71,7 @@ def entry() -> None:
     """The `dsh` console script: the fast path when it applies, else the Typer app; then a prompt exit."""
     from cli import fastpath
 
+    fastpath.pause_gc()  # until the command has imported what it needs (cli.fastpath.started)
     call = fastpath.plan(sys.argv[1:], os.environ)
     if call is None:
         from cli.app import app

@@ -284,3 +284,34 @@ def test_the_prompt_exit_steps_aside_when_a_flush_fails_or_the_code_is_a_message
         "print('returned twice')\n"
     )
     assert python(code) == (0, "returned twice\n", "")
+
+
+# -- the collector during start-up -----------------------------------------------------------------
+
+REPORT_GC = "import atexit, gc; atexit.register(lambda: print('gc', gc.isenabled(), gc.get_freeze_count() > 0))\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--transcript", "hello", "--home", "{home}"],
+    ["sessions", "list", "--home", "{home}"],
+], ids=["run", "sessions"])
+def test_the_console_script_enables_the_collector_again_after_start_up(tmp_path, argv):
+    """`pause_gc` holds the collector for the imports only: by the time the command works (and at
+    exit, where the atexit report runs) it is enabled again, with start-up's objects frozen."""
+    argv = [a.format(home=tmp_path / "h") for a in argv]
+    code = REPORT_GC + f"import sys; sys.argv = ['dsh', *{argv!r}]\nfrom cli.main import entry; entry()\n"
+
+    exit_code, stdout, stderr = python(code)
+
+    assert (exit_code, stderr) == (0, "")
+    assert stdout.splitlines()[-1] == "gc True True"
+
+
+def test_an_in_process_caller_keeps_its_collector(dsh, home):
+    import gc
+
+    frozen = gc.get_freeze_count()
+    result = dsh("run", "--transcript", "hello", "--home", home)
+
+    assert result.exit_code == 0
+    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
