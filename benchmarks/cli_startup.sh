@@ -12,8 +12,13 @@
 # With DSH_BEFORE=/path/to/other/dsh every dsh command also runs with that executable in the same
 # rounds, marked "(before)": an interleaved before/after comparison.
 #
+# A last row, `dsh --help` with TYPER_USE_RICH=0, shows what Typer's plain (non-rich) help would
+# cost: rich's import is most of `--help` (see benchmarks/README.md, "Command line").
+# Bytecode is cached (PYTHONDONTWRITEBYTECODE unset), as for an installed dsh; the warm-up writes it.
+#
 # Usage: benchmarks/cli_startup.sh [RUNS]   (default 20; DSH=/path/to/dsh to pick the command)
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE PYTHONUNBUFFERED
 
 RUNS="${1:-20}"
 DSH="${DSH:-$(command -v dsh || echo /tmp/venv/bin/dsh)}"
@@ -67,7 +72,7 @@ interrupt=("$DSH" interrupt "$root/$child" --home "$work/home")
 echo "dsh: $DSH${DSH_BEFORE:+   before: $DSH_BEFORE}"
 echo "runs: $RUNS   load: $(cut -d' ' -f1-3 /proc/loadavg)   cpus: $(nproc)"
 "$PY" - "$RUNS" "$PY" "$work" "$root/$child" "$DSH" ${DSH_BEFORE:+"$DSH_BEFORE"} <<'EOF'
-import resource, statistics, subprocess, sys, time
+import os, resource, statistics, subprocess, sys, time
 
 runs, py, work, address, *binaries = sys.argv[1:]
 runs = int(runs)
@@ -80,6 +85,8 @@ for index, dsh in enumerate(binaries):
         (f"dsh interrupt (live run){tag}", [dsh, "interrupt", address, "--home", f"{work}/home"]),
         (f"dsh run --transcript b-s{tag}", [dsh, "run", "--transcript", "background-settlement", "--home", None]),
     ]
+commands.append(("dsh --help (TYPER_USE_RICH=0)", [binaries[0], "--help"]))
+plain = {**os.environ, "TYPER_USE_RICH": "0"}
 wall = {name: [] for name, _ in commands}
 cpu = {name: [] for name, _ in commands}
 for round_ in range(-2, runs):  # two warm-up rounds, not counted
@@ -87,7 +94,8 @@ for round_ in range(-2, runs):  # two warm-up rounds, not counted
         argv = [f"{work}/run-home-{round_}-{index}" if a is None else a for a in argv]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = plain if "TYPER_USE_RICH" in name else None
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         elapsed = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
