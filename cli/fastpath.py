@@ -128,6 +128,8 @@ def _send(address: str, message: str, home: Path | None) -> None:
 
 def _version() -> None:
     def say() -> None:
+        if sys.stdout is None:  # started with stdout closed: click's `echo` writes nothing then
+            return
         sys.stdout.write(version_line() + "\n")
         sys.stdout.flush()
 

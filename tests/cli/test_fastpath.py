@@ -3,8 +3,8 @@
 every argument vector the fast path takes, and the app's own answer for every one it declines.
 
 In-process rows call both paths in this interpreter with stdout and stderr captured; the subprocess
-rows go through the real console script (`dsh`, i.e. `cli.main:entry`) against
-`python -c "from cli.app import app; app()"`. `exit_promptly` is checked in subprocesses, since it
+rows go through the real console script (`dsh`, i.e. `cli.main:entry`) against the Typer app
+inside the same guard (`TYPER_ONLY`). `exit_promptly` is checked in subprocesses, since it
 ends the process.
 """
 
@@ -30,7 +30,8 @@ from cli.fastpath import plan
 from loader.texts import render
 
 STRANGER = "session-00000000-0000-4000-8000-000000000000"
-TYPER_ONLY = [sys.executable, "-c", "from cli.app import app; app(prog_name='dsh')"]
+# The console script as it was before the fast path: the Typer app inside the guard.
+TYPER_ONLY = [sys.executable, "-c", "from cli.app import app; from cli.main import guard; guard(lambda: app(prog_name='dsh'))"]
 Outcome = tuple[int, str, str]  # (exit code, stdout, stderr)
 
 
@@ -233,6 +234,35 @@ def test_the_console_script_interrupts_a_live_run_as_the_app_does(home, tmp_path
     finally:
         live.signal()
         live.finish()
+
+
+@pytest.mark.parametrize("stdout", ["broken-pipe", "closed"])
+@pytest.mark.parametrize("name", ["version", "interrupt-no-run"])
+def test_a_broken_or_closed_stdout_gets_the_apps_answer(name, stdout, finished, tmp_path):
+    """Click's rules: a write to a pipe nobody reads (EPIPE) exits 1 quietly; with stdout closed
+    from the start, `echo` writes nothing (`--version` exits 0) and our `say` fails (internal error)."""
+    import os
+
+    home, root, child = finished
+    argv = filled(TAKEN[name], home, root, child, tmp_path / "file")
+
+    def answer(command: Sequence[str]) -> tuple[int, str]:
+        if stdout == "closed":
+            done = subprocess.run([*command, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=subprocess_env(), timeout=EXIT_BACKSTOP, stdin=subprocess.DEVNULL,
+                                  preexec_fn=lambda: os.close(1))
+        else:
+            read_end, write_end = os.pipe()
+            os.close(read_end)
+            try:
+                done = subprocess.run([*command, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                      env=subprocess_env(), timeout=EXIT_BACKSTOP, stdin=subprocess.DEVNULL)
+            finally:
+                os.close(write_end)
+        first_line = done.stderr.splitlines()[0] if done.stderr else ""
+        return done.returncode, first_line  # the second line names a fresh temp file
+
+    assert answer(DSH) == answer(TYPER_ONLY)
 
 
 # -- the prompt exit -------------------------------------------------------------------------------
