@@ -215,9 +215,10 @@ def test_the_console_script_leaves_help_and_usage_errors_to_the_app(name):
     assert (code, "Usage: dsh" in stdout + stderr) == ((0, True) if "--help" in argv else (2, True))
 
 
-def test_the_console_script_interrupts_a_live_run_as_the_app_does(home, tmp_path):
-    """Both paths against one live run: the first call stops the child's hanging turn, the second is
-    an accepted no-op on the now idle child; both print T-CLI-INTERRUPTED with exit 0."""
+def test_the_console_script_sends_and_interrupts_in_a_live_run_as_the_app_does(home, tmp_path):
+    """Both paths against one live run. `send` while the child's turn hangs: each queues a follow-up
+    and prints its new message id (exit 0). Then `interrupt`: the first call stops the hanging turn,
+    the second is an accepted no-op on the now idle child; both print T-CLI-INTERRUPTED, exit 0."""
     agents = {
         "root": {"replies": [{"toolCalls": [{"id": "sa", "name": "subagent",
                                              "arguments": {"label": "c", "prompt": "wait"}}]}, {"hang": {}}]},
@@ -226,7 +227,14 @@ def test_the_console_script_interrupts_a_live_run_as_the_app_does(home, tmp_path
     live = LiveRun(["--transcript", str(transcript(tmp_path, "hang", agents)), "--home", str(home)])
     try:
         start = live.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-        argv = ["interrupt", f"{start['parentSessionId']}/{start['sessionId']}", "--home", str(home)]
+        address = f"{start['parentSessionId']}/{start['sessionId']}"
+        live.wait_event(start["sessionId"], "user/message")  # its turn is under way: next is the hang
+        sent = [run(["send", address, "more", "--home", str(home)], command) for command in (DSH, TYPER_ONLY)]
+        assert [(code, stderr) for code, _, stderr in sent] == [(0, ""), (0, "")]
+        ids = [stdout.strip() for _, stdout, _ in sent]
+        assert len(set(ids)) == 2 and all(len(i) == 36 and stdout.count("\n") == 1 for i, (_, stdout, _) in zip(ids, sent))
+
+        argv = ["interrupt", address, "--home", str(home)]
         expected = (0, render("T-CLI-INTERRUPTED", child=start["sessionId"]) + "\n", "")
 
         assert run(argv) == expected
