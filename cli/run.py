@@ -135,6 +135,9 @@ def run(
         )
         return await run_tree(request)
 
+    from cli.fastpath import started
+
+    started()  # the runtime is imported: freeze it and collect garbage again from here on
     try:
         result = asyncio.run(main())
     except ConfigError as exc:
