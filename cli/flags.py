@@ -10,11 +10,12 @@ their commands.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from loader.config import Layer, flag_layer
+if TYPE_CHECKING:
+    from loader.config import Layer
 
 __all__ = [
     "AppendSystemPromptOption",
@@ -64,6 +65,7 @@ def config_flags(
     max_tokens: int | None = None,
 ) -> list[Layer]:
     """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
+    from loader.config import flag_layer  # config (pydantic) only once a command composes one
     given: dict[str, object | None] = {
         "--model": model,
         "--append-system-prompt": append_system_prompt,
