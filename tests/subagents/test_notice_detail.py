@@ -14,7 +14,7 @@ from loader.subagents import render_settlement_notice, settlement_message
 from loader.subagents.notice import DETAIL_LIMIT, settlement_detail
 from loader.texts import TEXTS
 
-from ._manager_kit import assert_script_consumed, entered, log, signal, within
+from tree_kit import assert_script_consumed, entered, fresh_signal, log, reach
 
 CHILD = "0123456789abcdef"
 
@@ -76,8 +76,8 @@ async def test_child_whose_model_call_fails_sends_a_notice_with_the_error_code(m
         "child": {"order": 1, "replies": [{"error": {"code": "RATE_LIMITED", "message": "slow down", "status": 429}}]},
     })
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(tree.wait_quiet(root))
 
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
@@ -94,8 +94,8 @@ async def test_child_that_hits_the_token_limit_sends_a_notice_with_the_token_cou
         "child": {"order": 1, "replies": [{"text": "half an ans", "finish": "max-tokens", "usage": {"inputTokens": 3, "outputTokens": 77}}]},
     })
     root = await tree.create_root()
-    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", signal())
-    await within(tree.wait_quiet(root))
+    child_id, _ = await tree.manager.start_continuable(root, "c", "do it", "c", fresh_signal())
+    await reach(tree.wait_quiet(root))
 
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["outputTokens"] == 77
