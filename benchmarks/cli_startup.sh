@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Start-up cost of the `dsh` command (STYLE §10): median wall time of
-#   1. `dsh --help`
-#   2. `dsh interrupt ROOT/CHILD` against a live run (header check, routing, socket connect, one
-#      JSON-RPC round trip; the first call stops CHILD's hanging turn, later ones are accepted no-ops
-#      on the idle child, and the root keeps hanging, so the run keeps serving)
-#   3. `python -c pass` with the same interpreter, as the floor
-# Uses hyperfine when installed (`apt-get install -y hyperfine`), else a Python timing loop.
+# Start-up cost of the `dsh` command (STYLE §10, issue 13 "Command line" rows): wall time of
+#   - `python -c pass` with the same interpreter: the floor every figure is divided by
+#   - `dsh --version`, `dsh --help`
+#   - `dsh interrupt ROOT/CHILD` against a live run (header check, routing, socket connect, one
+#     JSON-RPC round trip; the first call stops CHILD's hanging turn, later ones are accepted no-ops
+#     on the idle child, and the root keeps hanging, so the run keeps serving)
+#   - `dsh run --transcript background-settlement` (whole process, a fresh home each time)
+# Every command runs once per round, round after round (interleaved, so a load spike on this shared
+# machine hits all of them alike); each line gives the median and min over RUNS rounds (after two
+# warm-up rounds), the median's ratio to the same-run floor, and the median CPU time (user + sys).
+# With DSH_BEFORE=/path/to/other/dsh every dsh command also runs with that executable in the same
+# rounds, marked "(before)": an interleaved before/after comparison.
+#
+# A last row, `dsh --help` with TYPER_USE_RICH=0, shows what Typer's plain (non-rich) help would
+# cost: rich's import is most of `--help` (see benchmarks/README.md, "Command line").
+# Bytecode is cached (PYTHONDONTWRITEBYTECODE unset), as for an installed dsh; the warm-up writes it.
 #
 # Usage: benchmarks/cli_startup.sh [RUNS]   (default 20; DSH=/path/to/dsh to pick the command)
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE PYTHONUNBUFFERED
 
 RUNS="${1:-20}"
 DSH="${DSH:-$(command -v dsh || echo /tmp/venv/bin/dsh)}"
@@ -58,34 +68,44 @@ fi
 interrupt=("$DSH" interrupt "$root/$child" --home "$work/home")
 "${interrupt[@]}" > /dev/null  # must succeed: exit 0, T-CLI-INTERRUPTED
 
-echo "dsh: $DSH"
-echo "runs: $RUNS"
-if command -v hyperfine > /dev/null; then
-  hyperfine --style basic --warmup 3 --runs "$RUNS" --export-json "$work/times.json" \
-    -n "python -c pass" "$PY -c pass" \
-    -n "dsh --help" "$DSH --help" \
-    -n "dsh interrupt (live run)" "${interrupt[*]}" > /dev/null
-  "$PY" - "$work/times.json" <<'EOF'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(f"{r['command']:<28} median {r['median'] * 1000:7.1f} ms   mean {r['mean'] * 1000:7.1f} ms"
-          f"   min {r['min'] * 1000:7.1f} ms   max {r['max'] * 1000:7.1f} ms")
-EOF
-else
-  "$PY" - "$RUNS" "$PY -c pass" "$DSH --help" "${interrupt[*]}" <<'EOF'
-import shlex, statistics, subprocess, sys, time
-runs = int(sys.argv[1])
-names = ["python -c pass", "dsh --help", "dsh interrupt (live run)"]
-for name, command in zip(names, sys.argv[2:]):
-    argv = shlex.split(command)
-    for _ in range(3):
-        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-    times = []
-    for _ in range(runs):
+
+echo "dsh: $DSH${DSH_BEFORE:+   before: $DSH_BEFORE}"
+echo "runs: $RUNS   load: $(cut -d' ' -f1-3 /proc/loadavg)   cpus: $(nproc)"
+"$PY" - "$RUNS" "$PY" "$work" "$root/$child" "$DSH" ${DSH_BEFORE:+"$DSH_BEFORE"} <<'EOF'
+import os, resource, statistics, subprocess, sys, time
+
+runs, py, work, address, *binaries = sys.argv[1:]
+runs = int(runs)
+commands = [("python -c pass", [py, "-c", "pass"])]
+for index, dsh in enumerate(binaries):
+    tag = "" if index == 0 else " (before)"
+    commands += [
+        (f"dsh --version{tag}", [dsh, "--version"]),
+        (f"dsh --help{tag}", [dsh, "--help"]),
+        (f"dsh interrupt (live run){tag}", [dsh, "interrupt", address, "--home", f"{work}/home"]),
+        (f"dsh run --transcript b-s{tag}", [dsh, "run", "--transcript", "background-settlement", "--home", None]),
+    ]
+commands.append(("dsh --help (TYPER_USE_RICH=0)", [binaries[0], "--help"]))
+plain = {**os.environ, "TYPER_USE_RICH": "0"}
+wall = {name: [] for name, _ in commands}
+cpu = {name: [] for name, _ in commands}
+for round_ in range(-2, runs):  # two warm-up rounds, not counted
+    for index, (name, argv) in enumerate(commands):
+        argv = [f"{work}/run-home-{round_}-{index}" if a is None else a for a in argv]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - start)
-    print(f"{name:<28} median {statistics.median(times) * 1000:7.1f} ms   min {min(times) * 1000:7.1f} ms"
-          f"   max {max(times) * 1000:7.1f} ms")
+        env = plain if "TYPER_USE_RICH" in name else None
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            sys.exit(f"{name} exited {done.returncode}: {done.stderr.decode()}")
+        if round_ >= 0:
+            wall[name].append(elapsed)
+            cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+floor = statistics.median(wall["python -c pass"])
+for name, _ in commands:
+    median = statistics.median(wall[name])
+    print(f"{name:<36} median {median * 1000:7.1f} ms   min {min(wall[name]) * 1000:7.1f} ms"
+          f"   {median / floor:5.1f}x floor   cpu {statistics.median(cpu[name]) * 1000:7.1f} ms")
 EOF
-fi

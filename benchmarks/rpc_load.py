@@ -5,7 +5,11 @@ socket) only, bounded in count and time.
 
 Prints: calls, replies, lost replies (a call without a JSON-RPC answer), errors by `data.code`,
 latency p50 / p99 / max, idle connections the server closed (the cap keeps 256 open), and the run's
-open file descriptors before, under and after the load (fd leak check, Linux /proc).
+open file descriptors before, under and after the load (fd leak check, Linux /proc). Also the floor
+and the why (issue 13): `floor_p50_ms`, one client alone for a second before the load; `calls_per_s`;
+and the run's CPU per call under load (`server_cpu_ms_per_call`, Linux /proc) next to this client's
+(`client_cpu_ms_per_call`). The clients are closed-loop, so latency ≈ clients / throughput (Little's
+law): p99 ≤ 50 ms with 100 clients needs ≥ 2,000 calls/s from two processes sharing the machine.
 
     python benchmarks/rpc_load.py [--clients 100] [--idle 1000] [--seconds 10]
 
@@ -103,7 +107,18 @@ async def client(path: str, root: str, stop: float, latencies: list[float], outc
             outcome["replies"] += 1
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` (Linux /proc), or of this process when `pid` is ours."""
+    if pid == os.getpid():
+        usage = os.times()
+        return usage.user + usage.system
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def load(path: str, root: str, clients: int, idle: int, seconds: float, pid: int) -> dict[str, object]:
+    floor: list[float] = []
+    await client(path, root, time.monotonic() + 1.0, floor, Counter(), 0)
     idle_conns = []
     for _ in range(idle):
         idle_conns.append(await asyncio.open_unix_connection(path))
@@ -111,8 +126,11 @@ async def load(path: str, root: str, clients: int, idle: int, seconds: float, pi
     fds_idle = open_fds(pid)
     latencies: list[float] = []
     outcome: Counter[str] = Counter()
-    stop = time.monotonic() + seconds
+    server_cpu, client_cpu, started = cpu_seconds(pid), cpu_seconds(os.getpid()), time.monotonic()
+    stop = started + seconds
     await asyncio.gather(*(client(path, root, stop, latencies, outcome, n) for n in range(clients)))
+    elapsed = time.monotonic() - started
+    server_cpu, client_cpu = cpu_seconds(pid) - server_cpu, cpu_seconds(os.getpid()) - client_cpu
     fds_loaded = open_fds(pid)
     closed = 0
     for reader, writer in idle_conns:
@@ -125,8 +143,13 @@ async def load(path: str, root: str, clients: int, idle: int, seconds: float, pi
             closed += 1
         writer.close()
     latencies.sort()
+    calls = max(1, outcome["calls"])
     return {
         "outcome": dict(outcome),
+        "floor_p50_ms": statistics.median(floor) * 1000 if floor else None,
+        "calls_per_s": outcome["calls"] / elapsed,
+        "server_cpu_ms_per_call": server_cpu * 1000 / calls,
+        "client_cpu_ms_per_call": client_cpu * 1000 / calls,
         "p50_ms": statistics.median(latencies) * 1000 if latencies else None,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000 if latencies else None,
         "max_ms": latencies[-1] * 1000 if latencies else None,

@@ -1,6 +1,7 @@
 """Shared CLI plumbing: the home directory, and turning typed errors into one line plus an exit code.
 
-Only stdlib and typer at module level: `dsh --help` and `dsh interrupt` must start fast.
+Stdlib only at module level: `cli.fastpath` runs `dsh interrupt` through here without typer, which
+`fail` imports only when it fails (under the Typer app it is loaded already).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import os
 import sys
 from pathlib import Path
 from typing import NoReturn
-
-import typer
 
 __all__ = ["fail", "resolve_home", "resolve_writable_home", "say", "warn"]
 
@@ -53,4 +52,6 @@ def warn(text: str) -> None:
 def fail(message: str, code: int = 2) -> NoReturn:
     """One clear line on stderr and the documented exit code; never a traceback for bad input."""
     warn(message if message.startswith("dsh: ") else f"dsh: {message}")
-    raise typer.Exit(code)
+    from typer import Exit  # deferred (see the module docstring)
+
+    raise Exit(code)

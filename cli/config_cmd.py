@@ -8,6 +8,16 @@ from typing import Annotated, Optional
 import typer
 
 from cli.common import fail, say
+from cli.flags import (
+    AppendSystemPromptOption,
+    MaxChildrenOption,
+    MaxRequestsOption,
+    MaxStepsOption,
+    MaxTokensOption,
+    ModelOption,
+    ParkedOption,
+    config_flags,
+)
 
 # Issue 16 item 6: the variables dsh reads, where a user looks first. (README "Environment".)
 ENVIRONMENT_HELP = (
@@ -29,15 +39,26 @@ def show(
     overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
     transcript: Annotated[Optional[str], typer.Option("--transcript", help="Transcript whose overlays apply.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Values and provenance as JSON.")] = False,
+    model: ModelOption = None,
+    append_system_prompt: AppendSystemPromptOption = None,
+    max_steps: MaxStepsOption = None,
+    parked: ParkedOption = None,
+    max_children: MaxChildrenOption = None,
+    max_requests: MaxRequestsOption = None,
+    max_tokens: MaxTokensOption = None,
 ) -> None:
-    """Print the configuration a run would use, and where each value came from."""
+    """Print the configuration a run would use, and where each value came from (the run flags
+    show as `flag --model` etc.)."""
     from loader.config import compose
     from loader.errors import DshError
     from loader.transcripts import load_transcript
 
     try:
         script = load_transcript(transcript) if transcript is not None else None
-        composed = compose(profile=profile, overlays=overlay or [], transcript=script)
+        flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
+                             parked=parked, max_children=max_children, max_requests=max_requests,
+                             max_tokens=max_tokens)
+        composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags)
     except DshError as exc:
         fail(exc.message, 2)
     if json_output:

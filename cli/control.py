@@ -1,19 +1,16 @@
 """`dsh interrupt` and `dsh send` (SPEC §18.4, §19): route an address to its live run's socket.
 
-Imports only the stdlib-only RPC client, so stopping a runaway child from another terminal is quick.
+Stdlib only, like the RPC client it drives: `cli.fastpath` calls these without typer, so stopping a
+runaway child from another terminal is quick; `cli.app` wraps them as Typer commands (the help texts
+and argument declarations live there).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import Any
 
 from cli.common import fail, resolve_home, say
-
-HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
-AddressArgument = Annotated[str, typer.Argument(help="<parentSessionId>/<childSessionId>")]
 
 
 def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
@@ -43,7 +40,7 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
         fail(str(exc), 1)
 
 
-def interrupt(address: AddressArgument, home: HomeOption = None) -> None:
+def interrupt(address: str, home: Path | None) -> None:
     """Stop a background subagent's current turn; its queued messages are kept."""
     from loader.texts import render
 
@@ -52,11 +49,7 @@ def interrupt(address: AddressArgument, home: HomeOption = None) -> None:
     say(render("T-CLI-INTERRUPTED" if result is not None else "T-CLI-NO-RUN", child=child))
 
 
-def send(
-    address: AddressArgument,
-    message: Annotated[str, typer.Argument(help="The message for the subagent.")],
-    home: HomeOption = None,
-) -> None:
+def send(address: str, message: str, home: Path | None) -> None:
     """Queue a follow-up for a background subagent of a live run; prints the message id."""
     from loader.texts import render
 

@@ -1,58 +1,29 @@
-"""The `dsh` command (SPEC §19), composed from one module per command group.
+"""The `dsh` console script (`entry`) and its last line of defence (`guard`); stdlib only.
 
-Command modules import only typer and the stdlib at module level; the runtime, pydantic, httpx and
-ruamel.yaml load inside the command that needs them, so `dsh --help` and `dsh interrupt` start fast.
+The Typer app lives in `cli.app` and is built only when a command needs it: `entry` first asks
+`cli.fastpath` whether the argument vector is one it answers alone (`--version`, and `interrupt` /
+`send` with their two or three arguments), so stopping a child from another terminal pays for neither
+typer nor pydantic (issue 13). `from cli.main import app` still works (module `__getattr__`).
 
-The console script is `entry`, which runs `app` inside `guard`: the last line of defence of issue 15
-item 6. Every expected failure is a typed error that a command turns into one line and a documented
-exit code; anything else is a dsh bug, and the user gets `dsh: internal error: <type>: <message>`,
-the path of a private (0600) file holding the traceback, and exit 1, or the traceback itself with
-`DSH_DEBUG=1`.
+`guard` is issue 15 item 6. Every expected failure is a typed error that a command turns into one
+line and a documented exit code; anything else is a dsh bug, and the user gets
+`dsh: internal error: <type>: <message>`, the path of a private (0600) file holding the traceback,
+and exit 1, or the traceback itself with `DSH_DEBUG=1`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
-from typing import Annotated, TextIO
 
-import typer
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `dsh --version` does not import typing at all
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, TextIO
 
-from cli import config_cmd, control, flow, run, sessions
+    from typer import Typer
 
-app = typer.Typer(
-    name="dsh",
-    help="Run agent trees headlessly; talk to and interrupt their background subagents.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import version
-
-        typer.echo(f"dsh {version('dsh')}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def main(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
-    ] = False,
-) -> None:
-    """dsh: a headless agent runtime."""
-
-
-app.command("run")(run.run)
-app.command("interrupt")(control.interrupt)
-app.command("send")(control.send)
-app.command("flow")(flow.flow)
-app.add_typer(sessions.app, name="sessions")
-app.add_typer(config_cmd.app, name="config")
-
+__all__ = ["DEBUG_ENV", "INTERNAL_ERROR_EXIT", "app", "entry", "guard"]
 
 INTERNAL_ERROR_EXIT = 1
 DEBUG_ENV = "DSH_DEBUG"
@@ -97,5 +68,29 @@ def _saved(text: str) -> str:
 
 
 def entry() -> None:
-    """The `dsh` console script."""
-    guard(app)
+    """The `dsh` console script: the fast path when it applies, else the Typer app; then a prompt exit."""
+    from cli import fastpath
+
+    fastpath.pause_gc()  # until the command has imported what it needs (cli.fastpath.started)
+    call = fastpath.plan(sys.argv[1:], os.environ)
+    if call is None:
+        from cli.app import app
+
+        call = app
+    try:
+        guard(call)
+    except SystemExit as exc:
+        fastpath.exit_promptly(exc)
+        raise
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the Typer app, built on first use (tests and `python -c` callers)
+        from cli.app import app
+
+        return app
+    raise AttributeError(f"module 'cli.main' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    app: Typer

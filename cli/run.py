@@ -16,21 +16,36 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cli.common import fail, resolve_writable_home, say, warn
+from cli.flags import (
+    AppendSystemPromptOption,
+    MaxChildrenOption,
+    MaxRequestsOption,
+    MaxStepsOption,
+    MaxTokensOption,
+    ModelOption,
+    ParkedOption,
+    config_flags,
+)
 
 
 def run(
-    task: Annotated[Optional[str], typer.Argument(help="The task for the root agent.")] = None,
+    task: Annotated[Optional[str], typer.Argument(help="The task for the root agent; '-' reads it from stdin.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
     overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
     transcript: Annotated[Optional[str], typer.Option("--transcript", help="Replay a keyless transcript (name or path).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="NDJSON events, lifecycle records and one result on stdout.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON records (init, events, lifecycle, retry, waiting, result) on stdout.")] = False,
     home: Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
     record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree after a stop or crash, then run TASK if given.")] = None,
-    max_children: Annotated[Optional[int], typer.Option("--max-children", min=0, help="Children spawned per run (default limits.maxChildren, 200).")] = None,
-    max_requests: Annotated[Optional[int], typer.Option("--max-requests", min=1, help="Model requests per run (default limits.maxRequests, 2000).")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Tokens per run, input + output (default limits.maxTokens, 2000000).")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree ('last': the newest root in the home) after a stop or crash, then run TASK if given.")] = None,
+    output_last_message: Annotated[Optional[Path], typer.Option("--output-last-message", help="Also write the root's final answer to FILE.")] = None,
+    model: ModelOption = None,
+    append_system_prompt: AppendSystemPromptOption = None,
+    max_steps: MaxStepsOption = None,
+    parked: ParkedOption = None,
+    max_children: MaxChildrenOption = None,
+    max_requests: MaxRequestsOption = None,
+    max_tokens: MaxTokensOption = None,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -42,8 +57,13 @@ def run(
     from loader.texts import TEXTS
     from loader.transcripts import load_transcript
 
+    if task == "-":
+        task = _task_from_stdin()
     if task is None and transcript is None and resume is None:
         fail("give a TASK or --transcript NAME", 2)
+    if output_last_message is not None and not output_last_message.parent.is_dir():
+        # Checked before the run: a pipeline should not pay for a run whose answer has nowhere to go.
+        fail(f"--output-last-message: no directory {output_last_message.parent}", 2)
     if record is not None and transcript is not None:
         fail("--record records a live run; it cannot be combined with --transcript", 2)
     if record is not None and resume is not None and task is None:
@@ -56,14 +76,17 @@ def run(
             lint_transcript(script)
         if script is not None and task is not None:
             fail("give either TASK or --transcript (whose task is used), not both", 2)
-        composed = compose(profile=profile, overlays=overlay or [], transcript=script)
+        flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
+                             parked=parked, max_children=max_children, max_requests=max_requests,
+                             max_tokens=max_tokens)
+        # The command line outranks every config layer (issue 15 finding 9, issue 16).
+        composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags)
     except DshError as exc:
         fail(exc.message, 2)
     config = composed.config
-    overrides = {name: value for name, value in (("max_children", max_children), ("max_requests", max_requests),
-                                                 ("max_tokens", max_tokens)) if value is not None}
-    if overrides:  # the command line outranks every config layer (issue 15 finding 9)
-        config = config.model_copy(update={"limits": config.limits.model_copy(update=overrides)})
+    run_home = resolve_writable_home(home)
+    if resume == "last":
+        resume = _newest_root(run_home)
     if script is not None and script.spec.fences and not composed.fences_allowed:
         from loader.texts import render
 
@@ -83,8 +106,9 @@ def run(
 
     sinks = RunSinks(on_warning=warn)
     if json_output:
-        sinks.on_event = lambda sid, event: emit({"type": "event", "sessionId": sid, "event": event})
-        sinks.on_lifecycle = emit
+        from loader.ndjson import RecordStream
+
+        sinks.records = RecordStream(emit)
     if sys.stderr.isatty():
         sinks.on_progress = _progress_printer()
 
@@ -104,12 +128,16 @@ def run(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
         request = RunRequest(
-            home=resolve_writable_home(home), config=config, task=task, transcript=script,
+            home=run_home, config=config, task=task, transcript=script,
             fences_allowed=composed.fences_allowed, timeout=timeout, resume=resume, stop=stop,
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
+            profile=_profile_label(composed.profile_path),
         )
         return await run_tree(request)
 
+    from cli.fastpath import started
+
+    started()  # the runtime is imported: freeze it and collect garbage again from here on
     try:
         result = asyncio.run(main())
     except ConfigError as exc:
@@ -118,13 +146,19 @@ def run(
         fail(f"{exc.message} [{exc.code}]", 2 if exc.code == "SESSION_UNSAFE" else 1)
     # Precedence (§17.3): a signal's 130 / 143 outranks the stop reason, in the record as in the exit.
     exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
-    if json_output:
-        emit({**result.to_json(), "exitCode": exit_code})
+    if sinks.records is not None:
+        sinks.records.result({**result.to_json(), "exitCode": exit_code})
     else:
         try:
             say(result.output)
         except BrokenPipeError:
             _drop_stdout()
+    if output_last_message is not None and not _write_last_message(output_last_message, result.output):
+        exit_code = exit_code or 1  # the answer a pipeline asked for is missing: not a success
+    if result.released:
+        from loader.texts import render
+
+        warn(render("T-CLI-RELEASED", ids=", ".join(result.released)))
     for v in result.violations:
         warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
     if result.stop_reason == "error" and result.error:
@@ -132,6 +166,50 @@ def run(
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
+
+
+def _profile_label(path: Path) -> str:
+    """A shipped profile by its name (`default`), any other by the path it was given as."""
+    from loader.errors import DshError
+    from loader.shipped import shipped_dir
+
+    try:
+        shipped = path.resolve().parent == shipped_dir("profiles").resolve()
+    except DshError:  # no shipped directory: every profile is a path
+        shipped = False
+    return path.stem if shipped else str(path)
+
+
+def _task_from_stdin() -> str:
+    """`dsh run -`: the task is stdin, up to EOF, without the newline a shell pipe adds."""
+    text = sys.stdin.read().rstrip("\r\n")
+    if not text.strip():
+        fail("dsh run -: the task read from stdin is empty", 2)
+    return text
+
+
+def _newest_root(home: Path) -> str:
+    """`--resume last`: the root session (no parent) created last in `home`; ties by id."""
+    from cli.sessions import _headers
+
+    roots = [(h.get("createdAt") or 0, sid) for sid, h in _headers(home).items() if not h.get("parentSession")]
+    if not roots:
+        fail(f"--resume last: no root session under {home}/sessions", 2)
+    return max(roots)[1]
+
+
+def _write_last_message(path: Path, output: str) -> bool:
+    """`--output-last-message FILE`: the bytes the default mode prints (answer + newline), written
+    whole: a temporary file renamed over FILE, so a reader never sees half an answer."""
+    tmp = path.with_name(f".{path.name}.dsh-tmp")
+    try:
+        tmp.write_text(output + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        warn(f"dsh: --output-last-message: could not write {path}: {exc.strerror or exc}")
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _drop_stdout() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,9 @@ from loader.models import ModelProvider, ReplayProvider
 from loader.models.budget import RunBudget, RunLimits
 from loader.subagents import ManagerConfig
 from loader.texts import render
+from loader.ndjson import base_url_host, dsh_version, record
 from loader.session import SessionStore
+from loader.sinks import ChildLedger, RunSinks, UsageLedger, attach_sinks, waiting_entries
 from loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
 from loader.transcripts import Transcript
 
@@ -66,34 +69,31 @@ class RunResult:
     interrupted: bool = False
     released: list[str] = field(default_factory=list)
     budget: dict[str, Any] = field(default_factory=dict)  # RunBudget.summary() (issue 15 finding 9)
+    model: str = ""
+    num_turns: int = 0  # root turns started in this run
+    duration_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The `--json` final record (§17.3)."""
-        return {
-            "type": "result",
-            "rootSessionId": self.root_session_id,
-            "stopReason": self.stop_reason,
-            "exitCode": self.exit_code,
-            "output": self.output,
-            "usage": self.usage,
-            "subagents": self.subagents,
-            "violations": self.violations,
-            "timedOut": self.timed_out,
-            "interrupted": self.interrupted,
-            "released": self.released,
-            "budget": self.budget,
-        }
-
-
-@dataclass
-class RunSinks:
-    """What a caller observes of a run; the CLI turns `--json`, TTY progress and warnings into these."""
-
-    on_event: Callable[[str, dict[str, Any]], None] | None = None
-    on_lifecycle: Callable[[dict[str, Any]], None] | None = None
-    on_progress: Callable[[str], None] | None = None
-    on_warning: Callable[[str], None] | None = None
-    on_started: Callable[[str], None] | None = None
+        """The `--json` final record (§17.3, issue 16 item 2; schema in loader/schemas/)."""
+        return record(
+            "result",
+            rootSessionId=self.root_session_id,
+            stopReason=self.stop_reason,
+            exitCode=self.exit_code,
+            output=self.output,
+            error=({"code": str(self.error.get("code")), "message": str(self.error.get("message", ""))}
+                   if self.error is not None else None),
+            usage=self.usage,
+            model=self.model,
+            numTurns=self.num_turns,
+            durationMs=self.duration_ms,
+            subagents=self.subagents,
+            violations=self.violations,
+            timedOut=self.timed_out,
+            interrupted=self.interrupted,
+            released=self.released,
+            budget=self.budget,
+        )
 
 
 @dataclass
@@ -113,6 +113,8 @@ class RunRequest:
     sinks: RunSinks = field(default_factory=RunSinks)
     record: Path | None = None  # wrap the live provider in a Recorder and write a transcript (§15.5)
     overlays: list[str] = field(default_factory=list)  # as given on the command line, for the recording
+    profile: str | None = None  # how the profile was named, for the `init` record
+    clock: Callable[[], float] = time.monotonic  # `durationMs`; tests inject a fixed clock
     # Called with every agent the tree creates, root included, before it runs (after the sinks'
     # own hooks): the seam for gating or observing agents that a transcript cannot express, such as
     # a pre-step hook that rejects (a `refusal`, exit 5).
@@ -158,6 +160,7 @@ def _write_recording(request: RunRequest, provider: ModelProvider, task: str | N
 
 async def run_tree(request: RunRequest) -> RunResult:
     """Run one tree to quiescence (§17.1): the one entry point the CLI and tests share."""
+    started = request.clock()
     config = request.config
     script = request.transcript
     task = request.task
@@ -172,7 +175,7 @@ async def run_tree(request: RunRequest) -> RunResult:
     provider = _build_provider(request)
     options = AgentOptions(
         model=config.model.model if script is None else "replay",
-        system_prompt=config.agent.system_prompt,
+        system_prompt=_system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
         max_steps_per_turn=config.agent.max_steps_per_turn,
         max_tokens=config.model.max_tokens,
@@ -196,9 +199,10 @@ async def run_tree(request: RunRequest) -> RunResult:
                                    max_tokens=config.limits.max_tokens)),
     )
     sinks = request.sinks
-    _attach_sinks(tree, sinks)
+    usage = UsageLedger(tree)
+    attach_sinks(tree, sinks)
     tree.agent_hooks.extend(request.agent_hooks)
-    children = _ChildLedger(tree)
+    children = ChildLedger(tree)
     fences: Fences | None = None
     if script is not None and script.spec.fences and isinstance(provider, ReplayProvider):
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider,
@@ -221,6 +225,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         except BaseException:
             await tree.shutdown(root)
             raise
+    if sinks.records is not None:
+        sinks.records.init(_init_record(request, provider, options.model, root))
     if sinks.on_started is not None:
         sinks.on_started(root.id)
     timed_out = interrupted = False
@@ -229,7 +235,7 @@ async def run_tree(request: RunRequest) -> RunResult:
             root.followup(user_message(task, {"kind": "user"}))
         outcome_wait = asyncio.ensure_future(
             tree.wait_quiet(root, release_parked=config.run.parked == "release",
-                            on_stall=lambda ids: _warn(sinks, render("T-CLI-STALLED", ids=", ".join(ids))),
+                            on_stall=lambda ids: _on_stall(request, tree, root, ids),
                             released=children.released)
         )
         waits: set[asyncio.Future[Any]] = {outcome_wait}
@@ -281,20 +287,62 @@ async def run_tree(request: RunRequest) -> RunResult:
     assert budget is not None
     if budget.exhausted is not None:
         _warn(sinks, render("T-CLI-BUDGET", kind=budget.exhausted))
+        if error is None:
+            limit = budget.summary()["max" + budget.exhausted.capitalize()]
+            error = {"code": "BUDGET_EXHAUSTED", "message": render("T-ERR-BUDGET", kind=budget.exhausted, limit=limit)}
+    if error is None and violations:
+        error = {"code": violations[0]["code"], "message": violations[0].get("message", "")}
     return RunResult(
         root_session_id=root.id,
         stop_reason=stop_reason,
         exit_code=exit_code_for(stop_reason, violations, budget.exhausted is not None),
         output=outcome.output,
-        usage=outcome.usage,
+        usage=usage.total(),  # the whole tree (issue 16): every session's own usage, this run only
         violations=violations,
         error=error,
-        subagents=children.summary(),
+        subagents=children.summary(usage),
         timed_out=timed_out,
         interrupted=interrupted,
         released=sorted(children.released),
         budget=budget.summary(),
+        model=options.model,
+        num_turns=usage.turns.get(root.id, 0),
+        duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
+
+
+def _init_record(request: RunRequest, provider: ModelProvider, model: str, root: Agent) -> dict[str, Any]:
+    """The first `--json` record: what this run is (issue 16 item 2). No secret: the host only."""
+    script = request.transcript
+    replay = isinstance(provider, ReplayProvider)
+    kind = "replay" if replay else ("custom" if request.provider is not None else request.config.model.provider)
+    return record(
+        "init",
+        dshVersion=dsh_version(),
+        rootSessionId=root.id,
+        resumed=request.resume is not None,
+        provider=kind,
+        model=model,
+        baseUrlHost=None if replay else base_url_host(request.config.model.base_url),
+        tools=[tool.name for tool in root.tools],
+        profile=request.profile or ("test" if script is not None else "default"),
+        overlays=[*(script.spec.overlays if script is not None else []), *request.overlays],
+        transcript=script.spec.name if script is not None else None,
+    )
+
+
+def _on_stall(request: RunRequest, tree: Tree, root: Agent, parked_ids: list[str]) -> None:
+    """`run.parked: wait` found only parked work: say so once, with the addresses `dsh send` takes."""
+    entries = waiting_entries(tree, parked_ids, request.home)
+    _warn(request.sinks, render("T-CLI-STALLED", ids=", ".join(e["address"] for e in entries)))
+    if request.sinks.records is not None:
+        request.sinks.records.emit(record("waiting", rootSessionId=root.id, parked=entries))
+
+
+def _system_prompt(config: Config) -> str:
+    """`agent.appendSystemPrompt` (issue 16) follows `agent.systemPrompt` as its own paragraph."""
+    extra = config.agent.append_system_prompt
+    return config.agent.system_prompt if not extra else f"{config.agent.system_prompt}\n\n{extra}"
 
 
 def _accepted_input(events: list[dict[str, Any]]) -> bool:
@@ -320,80 +368,3 @@ class _RunState:
         if self.shutting_down:
             return "shutting-down"
         return "stalled" if tree.quiescence(root) == "STALLED" else "running"
-
-
-class _ChildLedger:
-    """Children seen during the run, for the result's `subagents` list (§17.1 step 3)."""
-
-    def __init__(self, tree: Tree) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.released: set[str] = set()
-        self.tree = tree
-        tree.manager.events.on("subagent/start", self._start)
-        tree.manager.events.on("subagent/end", self._end)
-
-    def _start(self, edge: dict[str, Any]) -> None:
-        row = self.rows.setdefault(edge["sessionId"], {
-            "sessionId": edge["sessionId"], "parentSessionId": edge["parentSessionId"],
-            "label": _label(self.tree, edge["sessionId"]), "epochs": 0, "lastStopReason": None,
-        })
-        row["epochs"] = max(row["epochs"], int(edge["epoch"]))
-
-    def _end(self, edge: dict[str, Any]) -> None:
-        if edge["sessionId"] in self.rows:
-            self.rows[edge["sessionId"]]["lastStopReason"] = edge["stopReason"]
-
-    def summary(self) -> list[dict[str, Any]]:
-        return list(self.rows.values())
-
-
-def _label(tree: Tree, session_id: str) -> str:
-    agent = tree.registry.get(session_id)
-    if agent is None:
-        return ""
-    for event in agent.session.events:
-        if event["type"] == "subagent/descriptor":
-            return str(event["data"].get("label", ""))
-    return ""
-
-
-def _attach_sinks(tree: Tree, sinks: RunSinks) -> None:
-    if sinks.on_event is not None:
-        on_event = sinks.on_event
-
-        def attach(agent: Agent) -> None:
-            sid = agent.id
-            agent.session.subscribe(lambda event: on_event(sid, event))
-
-        tree.agent_hooks.append(attach)
-    if sinks.on_lifecycle is not None:
-        on_lifecycle = sinks.on_lifecycle
-
-        def edge(name: str) -> Callable[[dict[str, Any]], None]:
-            def forward(payload: dict[str, Any]) -> None:
-                record = {"type": "lifecycle", "name": name, **{k: v for k, v in payload.items() if k != "output"}}
-                on_lifecycle(record)
-
-            return forward
-
-        tree.manager.events.on("subagent/start", edge("subagent/start"))
-        tree.manager.events.on("subagent/end", edge("subagent/end"))
-    if sinks.on_progress is not None:
-        progress = sinks.on_progress
-
-        def watch(agent: Agent) -> None:
-            label = "root" if agent.header.get("parentSession") is None else agent.id[:8]
-
-            def on_event(event: dict[str, Any]) -> None:
-                nonlocal label
-                if event["type"] == "subagent/descriptor":
-                    label = str(event["data"].get("label") or label)
-                elif event["type"] == "turn/start":
-                    progress(f"[{label}] turn {event['data']['turn']} started")
-
-            agent.session.subscribe(on_event)
-
-        tree.agent_hooks.append(watch)
-        tree.manager.events.on(
-            "subagent/end", lambda e: progress(f"[{_label(tree, e['sessionId']) or e['sessionId'][:8]}] settled: {e['stopReason']}")
-        )

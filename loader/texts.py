@@ -31,6 +31,14 @@ TEXTS: dict[str, str] = {
     "T-NOTICE-max-tokens": "Subagent {id} reached its output token limit with the task unfinished.",
     "T-NOTICE-refusal": "Subagent {id} would not take on the task.",
     "T-NOTICE-error": "Subagent {id} ran into an error and did not complete its task.",
+    # Issue 16 item 5: the notice names the failure when the log holds its details, so the parent
+    # can tell a retryable failure (RATE_LIMITED) from one that is not.
+    "T-NOTICE-error-detail": (
+        "Subagent {id} ran into an error ({code}: {message}) and did not complete its task."
+    ),
+    "T-NOTICE-max-tokens-detail": (
+        "Subagent {id} reached its output token limit ({tokens} output tokens) with the task unfinished."
+    ),
     "T-NOTICE-other": (
         "Subagent {id} ended with an unrecognised outcome ({reason}) and did not complete its task."
     ),
@@ -141,6 +149,8 @@ TEXTS: dict[str, str] = {
     "T-CLI-STALLED": (
         "dsh: waiting on parked subagents {ids}; resume one with 'dsh send' or press Ctrl-C to stop"
     ),
+    # Issue 16 (`--parked release`): the run ended by releasing parked work, and says so.
+    "T-CLI-RELEASED": "dsh: released parked subagents {ids}; their queued messages were discarded",
     "T-CLI-SIGINT": "dsh: stopping agents (press Ctrl-C again to exit now)",
     "T-CLI-TIMEOUT": "dsh: time limit of {seconds}s reached; stopping agents",
     "T-CLI-ROOT-ERROR": "dsh: root turn failed [{code}]: {message}",

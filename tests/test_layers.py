@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # providers, config and the host; `testing/` sits on headless; `cli/` on everything.
 RANKS: dict[str, float] = {
     # base leaves, then the base modules that build on them (ids on errors, yamlpos on inputfile)
-    **dict.fromkeys(("abort", "errors", "texts", "emitter", "boundedjson", "inputfile"), 0),
+    **dict.fromkeys(("abort", "errors", "texts", "emitter", "boundedjson", "inputfile", "ndjson"), 0),
     **dict.fromkeys(("ids", "yamlpos", "homedir"), 0.5),
     "shipped": 1,
     "session": 1,
@@ -38,6 +38,7 @@ RANKS: dict[str, float] = {
     "tree": 7,
     "host": 8,
     "fences": 8,
+    "sinks": 8,  # the run's observers and ledgers: on the tree, below headless
     "headless": 9,
     "testing": 10,
     "cli": 11,

@@ -206,8 +206,19 @@ ISSUE_16_ENDPOINT_TEXTS = {
     "T-CONFIG-DID-YOU-MEAN": "unknown key; did you mean {suggestion}?",
 }
 
-SPEC_TEXTS = {**SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
-              **ISSUE_16_ENDPOINT_TEXTS}
+# Issue 16 items 3 and 5 (run flags; the notice names the failure): our wording.
+ISSUE_16_NOTICE_TEXTS = {
+    "T-CLI-RELEASED": "dsh: released parked subagents {ids}; their queued messages were discarded",
+    "T-NOTICE-error-detail": "Subagent {id} ran into an error ({code}: {message}) and did not complete its task.",
+    "T-NOTICE-max-tokens-detail": (
+        "Subagent {id} reached its output token limit ({tokens} output tokens) with the task unfinished."
+    ),
+}
+
+SPEC_TEXTS = {
+    **SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
+    **ISSUE_16_NOTICE_TEXTS, **ISSUE_16_ENDPOINT_TEXTS,
+}
 
 
 @pytest.mark.parametrize("tid", sorted(SPEC_TEXTS))

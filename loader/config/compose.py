@@ -2,9 +2,11 @@
 
 Order, later layers winning: schema defaults → profile → transcript overlays (listed order, relative
 to the transcript's directory) → `--overlay` files (argv order, relative to the cwd) → environment
-(`DSH_*`, through pydantic-settings: `_environment.py`) → command-line flags (`flags`, each a
-`flag_layer`) → under a transcript, `run.parked: release` (§17.2: nobody is there to resume parked
-work, so it is forced and shown with source `transcript`).
+(`DSH_*`, through pydantic-settings: `_environment.py`) → under a transcript, `run.parked: release`
+(§17.2: nobody is there to resume parked work, so it is forced and shown with source `transcript`) →
+command-line flags (`flags`, each a `flag_layer`: `--model` sets `model.model`, shown with source
+`flag --model`; an explicit `--parked wait` beats the transcript's rule, for a person who means to
+`dsh send` to a replay's parked child).
 
 Profile choice: the `profile` argument, else `DSH_PROFILE`, else `test` when a transcript is given
 (so `dsh run --transcript NAME` needs no key), else `default`.
@@ -113,13 +115,15 @@ def compose(
         files.append(file_layer(path, _display(path, base)))
     env_config, problems = env_layers(env)
 
-    layers = [*files, *env_config, *flags]
+    layers = [*files, *env_config]
     on_test_profile = _is_shipped_test_profile(profile_path)
     if not on_test_profile:
         problems = [*_gated_testing_keys(layers), *problems]
         layers = [_without_testing(layer) for layer in layers]
     if transcript is not None:
         layers.append(Layer("transcript", TRANSCRIPT_SOURCE, {"run": {"parked": "release"}}))
+    # Flags come last: an explicit `--parked wait` outranks the transcript's default too.
+    layers.extend(flags)
 
     merged = Merged()
     for layer in layers:

@@ -92,7 +92,11 @@ class ModelConfig(_Schema):
 
 
 class AgentConfig(_Schema):
+    """`appendSystemPrompt` (issue 16, `--append-system-prompt`) is added after `systemPrompt`, as
+    its own paragraph, for every agent of the tree: it extends the prompt without restating it."""
+
     system_prompt: str = TEXTS["T-SYSTEM-DEFAULT"]
+    append_system_prompt: str | None = None
     max_parallel_tool_calls: Annotated[int, Field(ge=1, le=64)] = 10
     max_steps_per_turn: Annotated[int, Field(ge=1, le=1000)] = 100
 

@@ -107,6 +107,10 @@ class ControlServer:
         self._closed = False
         self._inode: int | None = None
         self._connections: dict[asyncio.Task[Any], _Connection] = {}
+        # The open (not evicted) connections, least recently active first: a dict keeps insertion
+        # order, and `_touch` re-inserts, so admission finds the eviction candidate at the front
+        # instead of scanning every connection on every connect (issue 15 item 8's p99 under load).
+        self._by_activity: dict[_Connection, None] = {}
         self._next_connection = 0
 
     @property
@@ -173,6 +177,7 @@ class ControlServer:
         # from the runtime's reactions (matrix 108).
         task.set_name(f"host:connection:{self._next_connection}")
         connection = self._connections[task] = _Connection(writer, asyncio.get_running_loop().time())
+        self._by_activity[connection] = None
         try:
             if not self._peer_allowed(writer) or not self._admit(connection):
                 return
@@ -183,6 +188,7 @@ class ControlServer:
             logger.debug("control connection closed after an unexpected error", exc_info=True)
         finally:
             del self._connections[task]
+            self._by_activity.pop(connection, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -190,26 +196,42 @@ class ControlServer:
     def _admit(self, connection: _Connection) -> bool:
         """Make room under the cap by closing the least recently active idle connection; False
         (close this one) when every other connection is handling a request."""
-        open_ = [c for c in self._connections.values() if not c.evicted]
-        if len(open_) <= self._max_connections:
+        open_count = len(self._by_activity)
+        if open_count <= self._max_connections:
             return True
         # A connection silent for less than `fresh_seconds` may be a client whose line is in flight;
         # closing it would lose a request, so only longer-silent ones are idle. Without one, a new
         # connection is still admitted up to twice the cap, then refused.
-        settled = connection.last_active - self._fresh_seconds
-        idle = [c for c in open_ if c is not connection and not c.busy and c.last_active <= settled]
-        if not idle:
-            if len(open_) <= 2 * self._max_connections:
+        oldest = self._longest_idle(connection.last_active - self._fresh_seconds, connection)
+        if oldest is None:
+            if open_count <= 2 * self._max_connections:
                 return True
-            logger.debug("control connection refused: %d connections, none idle", len(open_))
+            logger.debug("control connection refused: %d connections, none idle", open_count)
             return False
-        oldest = min(idle, key=lambda c: c.last_active)
         logger.debug("control connection cap reached; closing the longest idle connection")
         # Counted out at once: its task leaves `_connections` only when it ends, and counting it
         # until then would let the next arrivals evict a second, third... connection for one slot.
         oldest.evicted = True
+        del self._by_activity[oldest]
         oldest.writer.close()
         return True
+
+    def _longest_idle(self, settled: float, new: _Connection) -> _Connection | None:
+        """The least recently active open connection, not busy, silent since `settled`, other than
+        `new`. `_by_activity` is in `last_active` order, so the walk stops at the first one active
+        after `settled` and passes only busy ones (at most one per request in hand) before that."""
+        for candidate in self._by_activity:
+            if candidate.last_active > settled:
+                return None
+            if candidate is not new and not candidate.busy:
+                return candidate
+        return None
+
+    def _touch(self, connection: _Connection, now: float) -> None:
+        connection.last_active = now
+        if connection in self._by_activity:  # not when evicted meanwhile
+            del self._by_activity[connection]
+            self._by_activity[connection] = None
 
     async def _converse(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
         loop = asyncio.get_running_loop()
@@ -233,7 +255,7 @@ class ControlServer:
                 return
             if line.strip():
                 await self._answer(connection, line)
-            connection.last_active = loop.time()
+            self._touch(connection, loop.time())
 
     async def _answer(self, connection: _Connection, line: bytes) -> None:
         connection.busy = True

@@ -1,8 +1,9 @@
 """The settlement notice (SPEC §9, as revised by §26 item 3): runtime-authored, delivered inside the
 disposal transaction, exactly once per epoch that accepted work.
 
-The notice is data first (`source.stopReason`), and its text is rendered from that data by a pure
-function. Its id is `notice_id(child, epoch)` (epochs.py), and it is never inserted into a parent
+The notice is data first (`source.stopReason`, plus `source.error` / `source.outputTokens` when the
+epoch's log holds the failure's details: issue 16 item 5), and its text is rendered from that data by
+a pure function. Its id is `notice_id(child, epoch)` (epochs.py), and it is never inserted into a parent
 whose log already holds that id. Delivery never blocks or fails teardown:
 - a live parent gets it as §9.4 says (a closing parent by inject, which its disposal no longer
   clears: the notice stays pending for its next residency);
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 from loader.agent import Inbox, Message, text_block, user_message
 from loader.agent.fold import STOP_REASONS
@@ -33,17 +34,62 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SUMMARY_LIMIT",
+    "NoticeDetail",
     "NoticeHost",
     "deliver_live",
     "deliver_offline",
     "notify_settlement",
     "render_settlement_notice",
+    "settlement_detail",
     "settlement_message",
+    "teardown_detail",
 ]
 
 logger = logging.getLogger(__name__)
 
 SUMMARY_LIMIT = 120
+DETAIL_LIMIT = 160  # a notice names the failure; the child's session keeps the full message
+
+
+class NoticeDetail(TypedDict):
+    """What the epoch's log says about how it failed, when it says anything (issue 16 item 5).
+
+    `error` is the `turn/end` error (`code`, message bounded to DETAIL_LIMIT on one line);
+    `outputTokens` the output usage of the message that hit the token limit."""
+
+    error: NotRequired[dict[str, str]]
+    outputTokens: NotRequired[int]
+
+
+def settlement_detail(stop_reason: str, events: list[dict[str, Any]]) -> NoticeDetail:
+    """The details of an `error` or `max-tokens` epoch, read from its own events; `{}` otherwise.
+
+    The last `turn/end` with an error names the failure; the last `assistant/message` that finished
+    with `max-tokens` gives the token count. Refusals (`blocked`) carry no details in the log."""
+    detail: NoticeDetail = {}
+    for event in reversed(events):
+        data = event.get("data") or {}
+        if stop_reason == "error" and event.get("type") == "turn/end":
+            error = (data.get("reason") or {}).get("error")
+            if isinstance(error, dict) and isinstance(error.get("code"), str):
+                detail["error"] = {"code": error["code"], "message": _short(str(error.get("message", "")))}
+                return detail
+        if stop_reason == "max-tokens" and event.get("type") == "assistant/message":
+            tokens = (data.get("usage") or {}).get("outputTokens")
+            if data.get("finish") == "max-tokens" and isinstance(tokens, int):
+                detail["outputTokens"] = tokens
+                return detail
+    return detail
+
+
+def teardown_detail(code: str, message: str) -> NoticeDetail:
+    """A teardown failure turns the epoch into `error`; the notice names that failure."""
+    return {"error": {"code": code, "message": _short(message)}}
+
+
+def _short(message: str) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= DETAIL_LIMIT else line[: DETAIL_LIMIT - 1] + "…"
 
 
 class NoticeHost(Protocol):
@@ -63,9 +109,15 @@ class NoticeHost(Protocol):
 
 
 def render_settlement_notice(
-    child_id: str, stop_reason: str, output: list[dict[str, Any]] | None
+    child_id: str, stop_reason: str, output: list[dict[str, Any]] | None, detail: NoticeDetail | None = None
 ) -> list[dict[str, Any]]:
-    if stop_reason in STOP_REASONS:
+    error = (detail or {}).get("error")
+    tokens = (detail or {}).get("outputTokens")
+    if stop_reason == "error" and error is not None:
+        summary = render("T-NOTICE-error-detail", id=child_id, code=error["code"], message=error["message"])
+    elif stop_reason == "max-tokens" and tokens is not None:
+        summary = render("T-NOTICE-max-tokens-detail", id=child_id, tokens=tokens)
+    elif stop_reason in STOP_REASONS:
         summary = render(f"T-NOTICE-{stop_reason}", id=child_id)
     else:
         summary = render("T-NOTICE-other", id=child_id, reason=stop_reason)
@@ -92,10 +144,16 @@ def _summary(text: str) -> str:
 
 
 def settlement_message(
-    child_id: str, stop_reason: str, output: list[dict[str, Any]] | None, *, epoch: int | None = None
+    child_id: str,
+    stop_reason: str,
+    output: list[dict[str, Any]] | None,
+    *,
+    epoch: int | None = None,
+    detail: NoticeDetail | None = None,
 ) -> Message:
-    """With `epoch`, the message carries the epoch's one notice id (`notice_id`)."""
-    content = render_settlement_notice(child_id, stop_reason, output)
+    """With `epoch`, the message carries the epoch's one notice id (`notice_id`); `detail` (from
+    `settlement_detail`) joins the source as data, and the text is rendered from it."""
+    content = render_settlement_notice(child_id, stop_reason, output, detail)
     source: dict[str, Any] = {
         "kind": "subagent-settled",
         "form": "notice",
@@ -103,17 +161,25 @@ def settlement_message(
         "senderSessionId": child_id,
         "stopReason": stop_reason,
     }
+    if detail and stop_reason == "error" and "error" in detail:
+        source["error"] = dict(detail["error"])
+    if detail and stop_reason == "max-tokens" and "outputTokens" in detail:
+        source["outputTokens"] = detail["outputTokens"]
     return user_message(content, source, id=notice_id(child_id, epoch) if epoch is not None else None)
 
 
 def notify_settlement(
-    manager: NoticeHost, a: Activation, stop_reason: str, output: list[dict[str, Any]] | None
+    manager: NoticeHost,
+    a: Activation,
+    stop_reason: str,
+    output: list[dict[str, Any]] | None,
+    detail: NoticeDetail | None = None,
 ) -> None:
     """Part of sync span S6; see §9.4 for what each parent state experiences."""
     if not a.announced:
         return  # a rolled-back materialization never accepted work
     try:
-        message = settlement_message(a.child_id, stop_reason, output, epoch=a.epoch)
+        message = settlement_message(a.child_id, stop_reason, output, epoch=a.epoch, detail=detail)
         parent = manager.live_agent(a.parent_session)
         if parent is None:
             deliver_offline(manager, a.parent_session, message)

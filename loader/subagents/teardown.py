@@ -17,7 +17,7 @@ from loader.agent import epoch_stop_reason, final_output, fold_consumed_work
 from loader.errors import SubagentError, error_chain
 from loader.subagents.activation import state_of
 from loader.subagents.errors import err
-from loader.subagents.notice import NoticeHost, notify_settlement
+from loader.subagents.notice import NoticeDetail, NoticeHost, notify_settlement, settlement_detail, teardown_detail
 from loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
@@ -142,10 +142,12 @@ async def _transaction(
         logger.warning(TEXTS["T-LOG-FLUSH-FAILED"].format(id=a.child_id, detail=error_chain(exc)))
     stop_reason: str = "error"
     output: list[dict[str, Any]] | None = None
+    detail: NoticeDetail = {}
     try:
         suffix = child.session.events[a.boundary :]  # (8) terminal facts, still registered
         stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
         output = final_output(suffix)
+        detail = settlement_detail(stop_reason, suffix)  # issue 16 item 5: the notice names the failure
     except Exception as exc:
         # A log the fold cannot read must not strand the Activation: the failure joins step 10,
         # so the tail still runs (remove, notice `error`, release) and the disposal fails typed.
@@ -156,13 +158,14 @@ async def _transaction(
         failures.append(exc)
     failure: SubagentError | None = None
     if failures:  # (10)
-        detail = "; ".join(error_chain(f) for f in failures)
-        failure = SubagentError("ACTIVATION_TEARDOWN_FAILED", render("T-ERR-TEARDOWN", id=a.child_id, detail=detail))
-        logger.warning(TEXTS["T-LOG-TEARDOWN-FAILED"].format(id=a.child_id, detail=detail))
+        chain = "; ".join(error_chain(f) for f in failures)
+        failure = SubagentError("ACTIVATION_TEARDOWN_FAILED", render("T-ERR-TEARDOWN", id=a.child_id, detail=chain))
+        logger.warning(TEXTS["T-LOG-TEARDOWN-FAILED"].format(id=a.child_id, detail=chain))
         stop_reason, output = "error", None
+        detail = teardown_detail(failure.code, failure.message)
     # --- S6 begin: no observer can see "no Activation and no notice" ---
     m.remove_activation(a)  # (11)
-    notify_settlement(m, a, stop_reason, output)  # (12) rule "send before release_ownership"
+    notify_settlement(m, a, stop_reason, output, detail)  # (12) rule "send before release_ownership"
     m.release_ownership(a.child_id)  # (13)
     # --- S6 end ---
     edge: dict[str, Any] = {

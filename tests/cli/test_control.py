@@ -172,7 +172,8 @@ def test_m107_interrupt_from_a_second_process_stops_the_child_and_keeps_its_queu
     assert right.stdout == render("T-CLI-INTERRUPTED", child=child) + "\n"
 
     assert run.finish() == 0
-    assert run.stderr == b""
+    # Issue 16: a run that released parked work says so on stderr (the result lists `released`).
+    assert run.stderr.decode() == render("T-CLI-RELEASED", ids=child) + "\n"
     final = run.records[-1]
     assert (final["type"], final["exitCode"], final["output"], final["violations"]) == ("result", 0, "ROOT_DONE", [])
     assert final["released"] == [child]

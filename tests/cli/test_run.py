@@ -66,7 +66,8 @@ def test_m102_json_output_is_ndjson_with_every_event_of_both_sessions_and_one_fi
 
     assert result.stderr == ""
     records = ndjson(result.stdout)
-    assert {r["type"] for r in records} == {"event", "lifecycle", "result"}
+    assert {r["type"] for r in records} == {"init", "event", "lifecycle", "result"}
+    assert records[0]["type"] == "init" and [r["type"] for r in records].count("init") == 1  # issue 16
     results = [r for r in records if r["type"] == "result"]
     assert len(results) == 1 and records[-1] is results[0]
     final = results[0]
@@ -86,7 +87,8 @@ def test_m102_json_output_is_ndjson_with_every_event_of_both_sessions_and_one_fi
     ]
     assert lifecycle[1]["stopReason"] == "completed"
     assert final["subagents"] == [{"sessionId": child, "parentSessionId": root, "label": "answer child",
-                                   "epochs": 1, "lastStopReason": "completed"}]
+                                   "epochs": 1, "lastStopReason": "completed", "numTurns": 1,
+                                   "usage": {"inputTokens": 10, "outputTokens": 5, "cacheReadTokens": 0}}]
 
 
 # -- exit codes from the root's stop reason ----------------------------------------------------------

@@ -80,3 +80,41 @@ def test_running_interrupt_and_send_end_to_end_stays_light(tmp_path, argv_tail):
     assert stdout == expected
     heavy = tuple(name for name in HEAVY if name not in TYPER_RUNTIME)
     assert loaded(modules, (*heavy, "asyncio", "rich")) == []
+
+
+@pytest.mark.parametrize("argv_tail", [[], ["hello"]], ids=["interrupt", "send"])
+def test_the_fast_path_loads_neither_typer_nor_pydantic(tmp_path, argv_tail):
+    """Issue 13: `dsh interrupt` / `dsh send` through `cli.fastpath` (what the console script runs
+    for them) answer T-CLI-NO-RUN / T-CLI-SEND-NO-RUN without importing typer at all, so nothing of
+    the app, its pydantic coercion or rich either."""
+    root, child = "session-11111111-1111-4111-8111-111111111111", "child-1"
+    for sid, extra in ((root, {}), (child, {"parentSession": root, "origin": "subagent"})):
+        (tmp_path / "sessions" / sid).mkdir(parents=True)
+        header = {"type": "session", "version": 1, "id": sid, "createdAt": 1, "cwd": "/", "delegationDepth": 0, **extra}
+        (tmp_path / "sessions" / sid / "session.jsonl").write_text(json.dumps(header) + "\n")
+    command = "send" if argv_tail else "interrupt"
+    code = (
+        "from cli.fastpath import plan\n"
+        f"call = plan({[command, f'{root}/{child}', *argv_tail, '--home', str(tmp_path)]!r}, {{}})\n"
+        "try:\n"
+        "    call()\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+    )
+    modules, stdout = modules_after(code)
+
+    # `send` without a live run fails, and `fail` raises typer's Exit: only then is typer imported.
+    expected = "exit 1" if command == "send" else f"{render('T-CLI-NO-RUN', child=child)}\nexit 0"
+    assert stdout == expected
+    light = ("typer", "cli.app") if command == "interrupt" else ("cli.app",)
+    assert loaded(modules, (*HEAVY, *light, "asyncio", "rich")) == []
+
+
+def test_the_version_loads_nothing_of_dsh_but_the_entry():
+    modules, stdout = modules_after(
+        "import sys\nfrom cli.fastpath import plan\ntry:\n    plan(['--version'], {})()\nexcept SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+    )
+
+    assert stdout.splitlines()[-1] == "exit 0"
+    assert [m for m in modules if m.startswith(("loader", "typer", "importlib.metadata", "pydantic"))] == []

@@ -82,7 +82,9 @@ async def test_parked_wait_reports_the_stall_once_and_keeps_waiting(tmp_path):
 
     result, replay = await run_parked(tmp_path, "wait", on_warning)
     worker = replay.session_of("worker")
-    assert warnings == [TEXTS["T-CLI-STALLED"].format(ids=worker)]
+    # Issue 16: the stall names the `<parent>/<child>` address `dsh send` takes, not the bare id.
+    root = result.root_session_id
+    assert warnings == [TEXTS["T-CLI-STALLED"].format(ids=f"{root}/{worker}")]
     assert result.interrupted and not result.timed_out
     assert result.released == []  # `wait` never releases parked work by itself
     assert result.output == "WAITING"

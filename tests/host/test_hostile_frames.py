@@ -112,6 +112,24 @@ async def test_over_the_cap_the_longest_idle_connection_makes_room(start_run, co
         assert (await conn.exchange(_line(_request())))[1]["result"]["rootSessionId"] == run.root.id
 
 
+async def test_over_the_cap_the_least_recently_active_connection_goes_not_the_first_opened(start_run, connect):
+    """Activity, not connect order, decides (issue 13/15: admission walks connections in activity
+    order instead of scanning them all): `first` answers again after the others, so `second`,
+    silent since its one request, is the one closed."""
+    run = await start_run(max_connections=3, fresh_seconds=0.0)
+    first, second, third = [await connect(run.server.path) for _ in range(3)]
+    for conn in (first, second, third, first):
+        await conn.exchange(_line(_request()))
+
+    newest = await connect(run.server.path)
+    _, answer = await newest.exchange(_line(_request()))
+
+    assert answer["result"]["rootSessionId"] == run.root.id
+    assert await _closed(second)
+    for conn in (first, third):  # still served
+        assert (await conn.exchange(_line(_request())))[1]["result"]["rootSessionId"] == run.root.id
+
+
 async def test_fresh_connections_are_kept_and_beyond_twice_the_cap_a_new_one_is_refused(start_run, connect):
     """A connection silent for under `fresh_seconds` may have its line in flight, so the cap does not
     close it; with none idle, twice the cap are admitted and the next one is closed at once."""

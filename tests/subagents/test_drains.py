@@ -251,7 +251,12 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     target, notice = notices[a_id]
     assert target == "next-step"  # the root is closing: injected
     assert notice["source"]["stopReason"] == "error"
-    assert notice_texts(notice) == [render("T-NOTICE-error", id=a_id), TEXTS["T-NOTICE-NO-OUTPUT"]]
+    failed = render("T-ERR-TEARDOWN", id=a_id, detail="handle broke")
+    assert notice["source"]["error"] == {"code": "ACTIVATION_TEARDOWN_FAILED", "message": failed}
+    assert notice_texts(notice) == [
+        render("T-NOTICE-error-detail", id=a_id, code="ACTIVATION_TEARDOWN_FAILED", message=failed),
+        TEXTS["T-NOTICE-NO-OUTPUT"],
+    ]
     assert notices[b_id][1]["source"]["stopReason"] == "aborted"
     assert any(r.levelno == logging.WARNING and r.getMessage().startswith(
         render("T-LOG-TEARDOWN-FAILED", id=a_id, detail="")) for r in caplog.records)

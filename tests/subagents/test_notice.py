@@ -220,8 +220,11 @@ async def test_failed_checkpoint_of_turn_two_settles_as_error_with_turn_one_answ
     assert [s["turn"] for s in events_of(events, "step/start")] == [1]
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
+    message = f"checkpoint of session {child_id} failed: simulated disk full"
+    assert notice["source"]["error"] == {"code": "CHECKPOINT_FAILED", "message": message}
     assert texts(notice["content"]) == [
-        render("T-NOTICE-error", id=child_id), TEXTS["T-NOTICE-OUTPUT"], "the answer"
+        render("T-NOTICE-error-detail", id=child_id, code="CHECKPOINT_FAILED", message=message),
+        TEXTS["T-NOTICE-OUTPUT"], "the answer",
     ]
     assert_script_consumed(tree)
 
@@ -363,7 +366,11 @@ async def test_failing_handle_disposal_after_a_clean_answer_sends_an_error_notic
     assert [(e["stopReason"], "output" in e) for e in edges.end_of(child_id)] == [("error", False)]
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
-    assert texts(notice["content"]) == [render("T-NOTICE-error", id=child_id), TEXTS["T-NOTICE-NO-OUTPUT"]]
+    failed = render("T-ERR-TEARDOWN", id=child_id, detail="handle broke")
+    assert texts(notice["content"]) == [
+        render("T-NOTICE-error-detail", id=child_id, code="ACTIVATION_TEARDOWN_FAILED", message=failed),
+        TEXTS["T-NOTICE-NO-OUTPUT"],
+    ]
     prefix = render("T-LOG-TEARDOWN-FAILED", id=child_id, detail="")
     assert [r.levelno for r in caplog.records if r.getMessage().startswith(prefix)] == [logging.WARNING]
     assert_script_consumed(tree)

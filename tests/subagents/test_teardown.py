@@ -103,7 +103,11 @@ async def test_a_failure_computing_the_outcome_still_removes_notifies_and_releas
     middle = watch.agents["middle"]
     [(target, notice)] = [(t, m) for t, m in inserts(middle) if m["source"]["kind"] == "subagent-settled"]
     assert notice["source"]["stopReason"] == "error"
-    assert texts(notice) == [render("T-NOTICE-error", id=inner_id), TEXTS["T-NOTICE-NO-OUTPUT"]]
+    failed = render("T-ERR-TEARDOWN", id=inner_id, detail="event log unreadable")
+    assert texts(notice) == [
+        render("T-NOTICE-error-detail", id=inner_id, code="ACTIVATION_TEARDOWN_FAILED", message=failed),
+        TEXTS["T-NOTICE-NO-OUTPUT"],
+    ]
     root_notices = [m for _, m in inserts(root) if m["source"]["kind"] == "subagent-settled"]
     assert [(m["source"]["senderSessionId"], m["source"]["stopReason"]) for m in root_notices] == [
         (middle_id, "completed")

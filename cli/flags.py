@@ -1,0 +1,78 @@
+"""Command-line flags that override one configuration key each (issue 16), shared by `dsh run` and
+`dsh config show`, so `dsh config show --model X` prints exactly what `dsh run --model X` would use,
+with provenance `flag --model`.
+
+The flags become the last configuration layer (`loader.config.compose(flags=…)`); the composed
+config validates them like any other layer, so a bad value reads `flag --max-steps: agent.maxStepsPerTurn: …`
+(exit 2). Flags that are not configuration (`--json`, `--output-last-message`, `--resume`) stay in
+their commands.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from loader.config import Layer
+
+__all__ = [
+    "AppendSystemPromptOption",
+    "MaxChildrenOption",
+    "MaxRequestsOption",
+    "MaxStepsOption",
+    "MaxTokensOption",
+    "ModelOption",
+    "ParkedOption",
+    "config_flags",
+]
+
+# flag -> the dotted YAML key it overrides
+FLAG_KEYS: dict[str, str] = {
+    "--model": "model.model",
+    "--append-system-prompt": "agent.appendSystemPrompt",
+    "--max-steps": "agent.maxStepsPerTurn",
+    "--parked": "run.parked",
+    "--max-children": "limits.maxChildren",
+    "--max-requests": "limits.maxRequests",
+    "--max-tokens": "limits.maxTokens",
+}
+
+ModelOption = Annotated[Optional[str], typer.Option("--model", help="The model name to request (model.model).")]
+AppendSystemPromptOption = Annotated[Optional[str], typer.Option(
+    "--append-system-prompt", help="Text added after the system prompt of every agent (agent.appendSystemPrompt).")]
+MaxStepsOption = Annotated[Optional[int], typer.Option(
+    "--max-steps", help="Model steps per turn before the turn fails STEP_LIMIT (agent.maxStepsPerTurn).")]
+ParkedOption = Annotated[Optional[str], typer.Option(
+    "--parked", help="wait | release: what a run does when only parked subagents are left (run.parked).")]
+MaxChildrenOption = Annotated[Optional[int], typer.Option(
+    "--max-children", help="Children spawned per run (limits.maxChildren, default 200).")]
+MaxRequestsOption = Annotated[Optional[int], typer.Option(
+    "--max-requests", help="Model requests per run (limits.maxRequests, default 2000).")]
+MaxTokensOption = Annotated[Optional[int], typer.Option(
+    "--max-tokens", help="Tokens per run, input + output (limits.maxTokens, default 2000000).")]
+
+
+def config_flags(
+    *,
+    model: str | None = None,
+    append_system_prompt: str | None = None,
+    max_steps: int | None = None,
+    parked: str | None = None,
+    max_children: int | None = None,
+    max_requests: int | None = None,
+    max_tokens: int | None = None,
+) -> list[Layer]:
+    """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
+    from loader.config import flag_layer  # config (pydantic) only once a command composes one
+    given: dict[str, object | None] = {
+        "--model": model,
+        "--append-system-prompt": append_system_prompt,
+        "--max-steps": max_steps,
+        "--parked": parked,
+        "--max-children": max_children,
+        "--max-requests": max_requests,
+        "--max-tokens": max_tokens,
+    }
+    return [flag_layer(flag, FLAG_KEYS[flag], value) for flag, value in given.items() if value is not None]

@@ -1,0 +1,355 @@
+"""Issue 13: `dsh interrupt`, `dsh send` and `dsh --version` answered without the Typer app
+(`cli.fastpath`) must be indistinguishable from the app: the same stdout, stderr and exit code for
+every argument vector the fast path takes, and the app's own answer for every one it declines.
+
+In-process rows call both paths in this interpreter with stdout and stderr captured; the subprocess
+rows go through the real console script (`dsh`, i.e. `cli.main:entry`) against the Typer app
+inside the same guard (`TYPER_ONLY`). `exit_promptly` is checked in subprocesses, since it
+ends the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from cli_kit import DSH, EXIT_BACKSTOP, LiveRun, subprocess_env, transcript
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cli
+from cli.app import app
+from cli.fastpath import plan
+from loader.texts import render
+
+STRANGER = "session-00000000-0000-4000-8000-000000000000"
+# The console script as it was before the fast path: the Typer app inside the guard.
+TYPER_ONLY = [sys.executable, "-c", "from cli.app import app; from cli.main import guard; guard(lambda: app(prog_name='dsh'))"]
+Outcome = tuple[int, str, str]  # (exit code, stdout, stderr)
+
+
+def outcome_of(call: Callable[[], object]) -> Outcome:
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            call()
+        except SystemExit as exc:
+            code = exc.code
+    assert isinstance(code, int), f"no integer exit: {code!r}"
+    return code, out.getvalue(), err.getvalue()
+
+
+def by_typer(argv: Sequence[str]) -> Outcome:
+    return outcome_of(lambda: app(list(argv), prog_name="dsh"))
+
+
+def by_fast_path(argv: Sequence[str]) -> Outcome:
+    call = plan(argv, {})
+    assert call is not None, f"the fast path declined {argv!r}"
+    return outcome_of(call)
+
+
+@pytest.fixture(scope="module")
+def finished() -> Iterator[tuple[Path, str, str]]:
+    """A home holding one finished tree, `(home, root, child)`: no run serves it any more."""
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="dsh-fast-", dir="/tmp"))
+    home = scratch / "h"
+    try:
+        code, stdout, _ = by_typer(["run", "--json", "--transcript", "background-settlement", "--home", str(home)])
+        assert code == 0
+        start = next(r for r in map(json.loads, stdout.splitlines())
+                     if r["type"] == "lifecycle" and r["name"] == "subagent/start")
+        yield home, start["parentSessionId"], start["sessionId"]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DSH_HOME", "DSH_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# Vectors the fast path takes; `{home}`, `{root}`, `{child}`, `{file}` are filled in per test.
+TAKEN = {
+    "interrupt-no-run": ["interrupt", "{root}/{child}", "--home", "{home}"],
+    "interrupt-home-first": ["interrupt", "--home", "{home}", "{root}/{child}"],
+    "interrupt-home-equals": ["interrupt", "{root}/{child}", "--home={home}"],
+    "interrupt-bad-address": ["interrupt", "no-slash", "--home", "{home}"],
+    "interrupt-empty-address": ["interrupt", "", "--home", "{home}"],
+    "interrupt-dotdot": ["interrupt", "a/..", "--home", "{home}"],
+    "interrupt-unknown-child": ["interrupt", "{root}/not-a-child", "--home", "{home}"],
+    "interrupt-wrong-parent": ["interrupt", f"{STRANGER}/{{child}}", "--home", "{home}"],
+    "interrupt-root-root": ["interrupt", "{root}/{root}", "--home", "{home}"],
+    "interrupt-home-is-a-file": ["interrupt", "{root}/{child}", "--home", "{file}"],
+    "interrupt-empty-home": ["interrupt", "{root}/{child}", "--home="],
+    "interrupt-missing-home": ["interrupt", "{root}/{child}", "--home", "{home}/nowhere"],
+    "send-no-run": ["send", "{root}/{child}", "more work", "--home", "{home}"],
+    "send-message-first-home": ["send", "--home", "{home}", "{root}/{child}", "ünïcode ✓"],
+    "send-empty-message": ["send", "{root}/{child}", "", "--home", "{home}"],
+    "send-bad-address": ["send", "a/b/c", "hello", "--home", "{home}"],
+    "send-wrong-parent": ["send", "{child}/{root}", "hello", "--home", "{home}"],
+    "version": ["--version"],
+}
+
+# Vectors it must leave to Typer: help, usage errors, and shapes whose click reading is subtle.
+DECLINED = {
+    "no-args": [],
+    "help": ["--help"],
+    "version-and-more": ["--version", "interrupt"],
+    "interrupt-help": ["interrupt", "--help"],
+    "interrupt-help-after": ["interrupt", "a/b", "--help"],
+    "send-help": ["send", "--help"],
+    "interrupt-missing-address": ["interrupt"],
+    "interrupt-extra-argument": ["interrupt", "a/b", "c"],
+    "interrupt-home-without-value": ["interrupt", "a/b", "--home"],
+    "interrupt-unknown-option": ["interrupt", "a/b", "--bogus"],
+    "interrupt-short-option": ["interrupt", "-x", "a/b"],
+    "interrupt-double-dash": ["interrupt", "--", "a/b"],
+    "interrupt-repeated-home": ["interrupt", "a/b", "--home", "x", "--home", "y"],
+    "interrupt-option-like-home": ["interrupt", "a/b", "--home", "-x"],
+    "interrupt-dash-address": ["interrupt", "-"],
+    "send-missing-message": ["send", "a/b"],
+    "send-option-like-message": ["send", "a/b", "-m"],
+    "send-three-positionals": ["send", "a/b", "x", "y"],
+    "other-command": ["sessions", "list"],
+    "unknown-command": ["interupt", "a/b"],
+}
+
+
+def filled(argv: Sequence[str], home: Path, root: str, child: str, file: Path) -> list[str]:
+    return [a.format(home=home, root=root, child=child, file=file) for a in argv]
+
+
+@pytest.mark.parametrize("name", sorted(TAKEN))
+def test_the_fast_path_answers_exactly_as_the_app_does(name, finished, tmp_path):
+    home, root, child = finished
+    (tmp_path / "file").write_text("not a home")
+    argv = filled(TAKEN[name], home, root, child, tmp_path / "file")
+    before = {p: p.read_bytes() for p in sorted(home.rglob("session.jsonl"))}
+
+    fast = by_fast_path(argv)
+    typer = by_typer(argv)
+
+    assert fast == typer
+    assert fast[1] or fast[2]  # every row says something, so equality is not two silences
+    assert {p: p.read_bytes() for p in sorted(home.rglob("session.jsonl"))} == before
+
+
+def test_the_rows_cover_each_answer(finished, tmp_path):
+    """The table is not all one answer: success, the no-run exit 1, refusals with exit 2, the version."""
+    home, root, child = finished
+    (tmp_path / "file").write_text("not a home")
+    answers = {name: by_fast_path(filled(argv, home, root, child, tmp_path / "file")) for name, argv in TAKEN.items()}
+
+    assert answers["interrupt-no-run"] == (0, render("T-CLI-NO-RUN", child=child) + "\n", "")
+    assert answers["send-no-run"] == (1, "", "dsh: " + render("T-CLI-SEND-NO-RUN", child=child) + "\n")
+    assert answers["interrupt-wrong-parent"] == (
+        2, "", "dsh: " + render("T-CLI-UNAUTHORIZED", child=child, parent=STRANGER) + "\n")
+    assert answers["interrupt-bad-address"] == (2, "", "dsh: " + render("T-CLI-BAD-ADDRESS", value="no-slash") + "\n")
+    assert answers["version"] == (0, f"dsh {version('dsh')}\n", "")
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED))
+def test_help_and_usage_errors_are_left_to_the_app(name):
+    assert plan(DECLINED[name], {}) is None
+
+
+def test_shell_completion_is_left_to_the_app():
+    assert plan(["interrupt", "a/b"], {"_DSH_COMPLETE": "bash_source"}) is None
+    assert plan(["interrupt", "a/b"], {"DSH_HOME": "/x"}) is not None
+
+
+def test_the_version_is_the_installed_distributions():
+    assert cli.__version__ == version("dsh")
+
+
+TOKENS = ["interrupt", "send", "--home", "--home={home}", "{home}", "{root}/{child}", "{child}/{root}",
+          f"{STRANGER}/{{child}}", "a/b", "", "x y", "-", "--", "--help", "-x", "--version", "ü"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(TOKENS), max_size=6))
+def test_any_vector_the_fast_path_takes_gets_the_apps_answer(finished, tmp_path, tokens):
+    """Random vectors over the tokens that matter: whenever `plan` takes one, the answers agree."""
+    home, root, child = finished
+    argv = filled(tokens, home, root, child, tmp_path / "file")
+    call = plan(argv, {})
+    if call is not None:
+        assert outcome_of(call) == by_typer(argv)
+
+
+# -- through the console script --------------------------------------------------------------------
+
+def run(argv: Sequence[str], command: Sequence[str] = DSH) -> tuple[int, str, str]:
+    done = subprocess.run([*command, *argv], capture_output=True, text=True, timeout=EXIT_BACKSTOP,
+                          env=subprocess_env(), stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("name", ["interrupt-no-run", "interrupt-wrong-parent", "send-no-run", "version"])
+def test_the_console_script_answers_as_the_app_does(name, finished, tmp_path):
+    home, root, child = finished
+    argv = filled(TAKEN[name], home, root, child, tmp_path / "file")
+
+    assert run(argv) == run(argv, TYPER_ONLY)
+
+
+@pytest.mark.parametrize("name", ["interrupt-help", "interrupt-missing-address", "send-missing-message"])
+def test_the_console_script_leaves_help_and_usage_errors_to_the_app(name):
+    argv = DECLINED[name]
+    code, stdout, stderr = run(argv)
+
+    assert (code, stdout, stderr) == run(argv, TYPER_ONLY)
+    assert (code, "Usage: dsh" in stdout + stderr) == ((0, True) if "--help" in argv else (2, True))
+
+
+def test_the_console_script_sends_and_interrupts_in_a_live_run_as_the_app_does(home, tmp_path):
+    """Both paths against one live run. `send` while the child's turn hangs: each queues a follow-up
+    and prints its new message id (exit 0). Then `interrupt`: the first call stops the hanging turn,
+    the second is an accepted no-op on the now idle child; both print T-CLI-INTERRUPTED, exit 0."""
+    agents = {
+        "root": {"replies": [{"toolCalls": [{"id": "sa", "name": "subagent",
+                                             "arguments": {"label": "c", "prompt": "wait"}}]}, {"hang": {}}]},
+        "child": {"spawnedBy": "sa", "replies": [{"hang": {}}]},
+    }
+    live = LiveRun(["--transcript", str(transcript(tmp_path, "hang", agents)), "--home", str(home)])
+    try:
+        start = live.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
+        address = f"{start['parentSessionId']}/{start['sessionId']}"
+        live.wait_event(start["sessionId"], "user/message")  # its turn is under way: next is the hang
+        sent = [run(["send", address, "more", "--home", str(home)], command) for command in (DSH, TYPER_ONLY)]
+        assert [(code, stderr) for code, _, stderr in sent] == [(0, ""), (0, "")]
+        ids = [stdout.strip() for _, stdout, _ in sent]
+        assert len(set(ids)) == 2 and all(len(i) == 36 and stdout.count("\n") == 1 for i, (_, stdout, _) in zip(ids, sent))
+
+        argv = ["interrupt", address, "--home", str(home)]
+        expected = (0, render("T-CLI-INTERRUPTED", child=start["sessionId"]) + "\n", "")
+
+        assert run(argv) == expected
+        assert run(argv, TYPER_ONLY) == expected
+    finally:
+        live.signal()
+        live.finish()
+
+
+@pytest.mark.parametrize("stdout", ["broken-pipe", "closed"])
+@pytest.mark.parametrize("name", ["version", "interrupt-no-run"])
+def test_a_broken_or_closed_stdout_gets_the_apps_answer(name, stdout, finished, tmp_path):
+    """Click's rules: a write to a pipe nobody reads (EPIPE) exits 1 quietly; with stdout closed
+    from the start, `echo` writes nothing (`--version` exits 0) and our `say` fails (internal error)."""
+    import os
+
+    home, root, child = finished
+    argv = filled(TAKEN[name], home, root, child, tmp_path / "file")
+
+    def answer(command: Sequence[str]) -> tuple[int, str]:
+        if stdout == "closed":
+            done = subprocess.run([*command, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=subprocess_env(), timeout=EXIT_BACKSTOP, stdin=subprocess.DEVNULL,
+                                  preexec_fn=lambda: os.close(1))
+        else:
+            read_end, write_end = os.pipe()
+            os.close(read_end)
+            try:
+                done = subprocess.run([*command, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                      env=subprocess_env(), timeout=EXIT_BACKSTOP, stdin=subprocess.DEVNULL)
+            finally:
+                os.close(write_end)
+        first_line = done.stderr.splitlines()[0] if done.stderr else ""
+        return done.returncode, first_line  # the second line names a fresh temp file
+
+    assert answer(DSH) == answer(TYPER_ONLY)
+
+
+# -- the prompt exit -------------------------------------------------------------------------------
+
+def python(code: str) -> tuple[int, str, str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EXIT_BACKSTOP,
+                          env=subprocess_env())
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_the_prompt_exit_flushes_and_runs_atexit_handlers_first():
+    code = (
+        "import atexit, sys\n"
+        "from cli.fastpath import exit_promptly\n"
+        "atexit.register(lambda: sys.stdout.write('atexit ran\\n'))\n"
+        "sys.stdout.write('buffered, not flushed')\n"
+        "exit_promptly(SystemExit(5))\n"
+        "sys.stdout.write('; exit_promptly returned')\n"
+    )
+    assert python(code) == (5, "buffered, not flushedatexit ran\n", "")
+
+
+def test_the_prompt_exit_steps_aside_while_another_thread_runs():
+    """The normal exit joins non-daemon threads (a worker finishing a write); so must we."""
+    code = (
+        "import sys, threading\n"
+        "from cli.fastpath import exit_promptly\n"
+        "release = threading.Event()\n"
+        "worker = threading.Thread(target=release.wait)\n"
+        "worker.start()\n"
+        "exit_promptly(SystemExit(5))\n"
+        "print('returned')\n"
+        "release.set()\n"
+    )
+    assert python(code) == (0, "returned\n", "")
+
+
+def test_the_prompt_exit_steps_aside_when_a_flush_fails_or_the_code_is_a_message():
+    code = (
+        "import sys\n"
+        "from cli.fastpath import exit_promptly\n"
+        "exit_promptly(SystemExit('a message'))\n"
+        "real = sys.stdout\n"
+        "class Broken:\n"
+        "    def flush(self): raise BrokenPipeError(32, 'Broken pipe')\n"
+        "sys.stdout = Broken()\n"
+        "exit_promptly(SystemExit(5))\n"
+        "sys.stdout = real\n"
+        "print('returned twice')\n"
+    )
+    assert python(code) == (0, "returned twice\n", "")
+
+
+# -- the collector during start-up -----------------------------------------------------------------
+
+REPORT_GC = "import atexit, gc; atexit.register(lambda: print('gc', gc.isenabled(), gc.get_freeze_count() > 0))\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--transcript", "hello", "--home", "{home}"],
+    ["sessions", "list", "--home", "{home}"],
+], ids=["run", "sessions"])
+def test_the_console_script_enables_the_collector_again_after_start_up(tmp_path, argv):
+    """`pause_gc` holds the collector for the imports only: by the time the command works (and at
+    exit, where the atexit report runs) it is enabled again, with start-up's objects frozen."""
+    argv = [a.format(home=tmp_path / "h") for a in argv]
+    code = REPORT_GC + f"import sys; sys.argv = ['dsh', *{argv!r}]\nfrom cli.main import entry; entry()\n"
+
+    exit_code, stdout, stderr = python(code)
+
+    assert (exit_code, stderr) == (0, "")
+    assert stdout.splitlines()[-1] == "gc True True"
+
+
+def test_an_in_process_caller_keeps_its_collector(dsh, home):
+    import gc
+
+    frozen = gc.get_freeze_count()
+    result = dsh("run", "--transcript", "hello", "--home", home)
+
+    assert result.exit_code == 0
+    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
