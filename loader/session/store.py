@@ -6,8 +6,11 @@ held with an exclusive `fcntl.flock` on a descriptor kept open until `close`.
 Write path (§5.4): `Session.append` calls the store's sink, which serializes the event and queues the
 line synchronously. A timer of `batch_delay_ms` (0 = next loop iteration) starts when an idle queue
 receives work; when it fires, one writer task appends the whole queue as one batch in one
-`asyncio.to_thread` call. `flush` is the durability barrier (§5.5): it cancels the timer, waits for
-an in-flight write and drains the queue; concurrent flushes share one barrier task.
+`asyncio.to_thread` call, through the descriptor the flock is held on (`FileIO.attach`). With
+`fsync`, the batch is then made durable by the store's `SyncGroup` (issue 13 group commit: the syncs
+requested in one loop iteration, by any session's batch or creation, share one `syncfs`/fsync).
+`flush` is the durability barrier (§5.5): it cancels the timer, waits for an in-flight write and
+drains the queue; concurrent flushes share one barrier task; it returns only after the sync.
 
 Invariants, per live session:
 - At most one write is in flight (`_Live.writer`); the barrier and the timer only ever start a write
