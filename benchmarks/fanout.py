@@ -1,18 +1,27 @@
-"""What a fan-out of N continuable children costs (issue: continuation manager).
+"""What a fan-out of N continuable children costs, as a person runs it (issue 13 rows 1 and 6).
 
 The root starts N background children in one reply; a fence holds the root's second step until all
-N settlement notices are accepted, so the third step enters them in one batch (deterministic). Runs
-through `run_tree` with the replay provider and persistence on (JSONL store, write-behind, fsync as
-configured). Each measurement runs in a fresh process so peak RSS is its own.
+N settlement notices are accepted, so the third step enters them in one batch (deterministic). Each
+measurement is one whole `dsh run --transcript FILE --home TMP` process (imports, transcript load,
+run, teardown), fsync on unless `--no-fsync`, with the transcript written as JSON (JSON is YAML).
+Runs of different N are interleaved, so a load change on a shared machine hits them alike.
 
-    python benchmarks/fanout.py [--children 100] [--repeat 3]
+Printed per N: median and min wall of the whole process, per-child cost, peak RSS (`wait4`), and
+the same-run floor `python -c pass` (the interpreter start-up no run can avoid). Then the scaling
+ratios: wall(N) / wall(smallest N) next to N / smallest N (linear means the two agree), and the
+marginal memory per child, (RSS(largest N) - RSS(smallest N)) / (largest - smallest).
+
+    python benchmarks/fanout.py [--children 100,1000,3000] [--repeat 5] [--no-fsync]
+    python benchmarks/fanout.py --profile 1000   # cProfile summary of one N=1,000 run
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,52 +47,100 @@ def transcript(n: int) -> dict:
     }
 
 
-def child(n: int, fsync: bool) -> None:
-    import asyncio
+def dsh_command() -> list[str]:
+    found = shutil.which("dsh", path=str(Path(sys.executable).parent)) or shutil.which("dsh")
+    if found is None:
+        raise SystemExit("dsh is not installed in this environment")
+    return [found]
 
-    from loader.config import compose
-    from loader.headless import RunRequest, run_tree
-    from loader.transcripts import load_transcript
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "fanout.yaml"
-        path.write_text(json.dumps(transcript(n)))
-        script = load_transcript(path)
-        environ = {"DSH_PERSISTENCE__FSYNC": "true" if fsync else "false", "DSH_PERSISTENCE__BATCH_DELAY_MS": "200"}
-        composed = compose(profile="test", transcript=script, environ=environ)
-        request = RunRequest(home=Path(tmp) / "home", config=composed.config, transcript=script,
-                             fences_allowed=True, timeout=600)
+CPU: dict[str, list[float]] = {}  # command label -> user+sys seconds of each run (from wait4)
+
+
+def run_once(cmd: list[str], env: dict[str, str], label: str = "") -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MiB, from wait4) and stdout of one process; CPU time into `CPU`."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        result = asyncio.run(run_tree(request))
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall": wall, "rss_mib": rss_mib, "output": result.output,
-                      "violations": len(result.violations), "subagents": len(result.subagents)}))
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        CPU.setdefault(label, []).append(usage.ru_utime + usage.ru_stime)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read().decode()[-2000:]}")
+        return wall, usage.ru_maxrss / 1024, out.read().decode()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--children", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--fsync", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--children", default="100,1000,3000", help="comma-separated N values")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-fsync", action="store_true")
+    parser.add_argument("--profile", type=int, metavar="N", help="print a cProfile summary of one run")
     args = parser.parse_args()
-    if args.child:
-        child(args.children, args.fsync)
-        return
-    for fsync in (False, True):
-        runs = []
-        for _ in range(args.repeat):
-            cmd = [sys.executable, __file__, "--child", "--children", str(args.children)] + (["--fsync"] if fsync else [])
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            runs.append(json.loads(out.strip().splitlines()[-1]))
-        walls = sorted(r["wall"] for r in runs)
+    sizes = [int(x) for x in args.children.split(",")]
+    fsync = not args.no_fsync
+    env = {**os.environ, "DSH_PERSISTENCE__FSYNC": "true" if fsync else "false"}
+    env.pop("DSH_HOME", None)
+    with tempfile.TemporaryDirectory(prefix="dsh-fanout-") as tmp:
+        files = {}
+        for n in sorted(set(sizes + ([args.profile] if args.profile else []))):
+            files[n] = Path(tmp) / f"fanout-{n}.yaml"
+            files[n].write_text(json.dumps(transcript(n)))
+
+        def command(n: int, home: Path) -> list[str]:
+            limits = ["--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
+            return [*dsh_command(), "run", "--transcript", str(files[n]), "--home", str(home), *limits]
+
+        if args.profile:
+            home = Path(tmp) / "home-profile"
+            prof = Path(tmp) / "run.prof"
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(prof), *command(args.profile, home)]
+            wall, _, _ = run_once(cmd, env)
+            import pstats
+
+            print(f"profile of N={args.profile} fsync={str(fsync).lower()} (wall under cProfile {wall:.2f}s)")
+            stats = pstats.Stats(str(prof))
+            stats.sort_stats("tottime").print_stats(20)
+            return
+
+        walls: dict[int, list[float]] = {n: [] for n in sizes}
+        rss: dict[int, list[float]] = {n: [] for n in sizes}
+        floor: list[float] = []
+        for r in range(args.repeat):
+            floor.append(run_once([sys.executable, "-c", "pass"], env, "floor")[0])
+            for n in sizes:  # interleaved: every repeat runs every N once
+                home = Path(tmp) / f"home-{n}-{r}"
+                wall, peak, out = run_once(command(n, home), env, str(n))
+                if "ALL_RECEIVED" not in out:
+                    raise SystemExit(f"N={n}: unexpected answer {out!r}")
+                walls[n].append(wall)
+                rss[n].append(peak)
+                shutil.rmtree(home, ignore_errors=True)
+    load = os.getloadavg()
+    floor_s = statistics.median(floor)
+    print(f"fan-out, whole `dsh run --transcript` process, fsync={str(fsync).lower()}, runs={args.repeat}, "
+          f"loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, nproc {os.cpu_count()}")
+    print(f"floor `python -c pass`: median {floor_s * 1000:.0f} ms")
+    base = sizes[0]
+    for n in sizes:
+        med = statistics.median(walls[n])
         print(
-            f"children={args.children} fsync={str(fsync).lower():5} runs={len(runs)} "
-            f"wall median={walls[len(walls) // 2]:.2f}s (min {walls[0]:.2f}s) "
-            f"peak RSS max={max(r['rss_mib'] for r in runs):.1f} MiB "
-            f"answer={runs[0]['output']} violations={runs[0]['violations']} subagents={runs[0]['subagents']}"
+            f"N={n:5}  wall median {med:6.2f}s  min {min(walls[n]):6.2f}s  "
+            f"cpu {statistics.median(CPU[str(n)]):6.2f}s  "
+            f"per child {(med - floor_s) / n * 1000:6.3f} ms  peak RSS {statistics.median(rss[n]):6.1f} MiB  "
+            f"x floor {med / floor_s:6.1f}  scale {med / statistics.median(walls[base]):5.2f} for N x{n / base:.0f}"
         )
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        per_child = (statistics.median(rss[hi]) - statistics.median(rss[lo])) * 1024 / (hi - lo)
+        print(f"marginal memory per child ({lo}->{hi}): {per_child:.1f} KiB")
+        mid = [n for n in sizes if n != lo]
+        for n in mid:
+            ratio = (statistics.median(walls[n]) - statistics.median(walls[lo])) / (n - lo)
+            print(f"marginal cost per child ({lo}->{n}): {ratio * 1000:.3f} ms")
 
 
 if __name__ == "__main__":

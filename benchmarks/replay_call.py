@@ -1,10 +1,13 @@
-"""Median overhead of one replayed model call with persistence on (issue: foundation).
+"""Cost of one replayed model call with persistence on, and how it grows with history (issue 13 row 2).
 
 Runs one root agent over a replay script of N text replies; each followup is one turn with one model
 call, through the real loop and the JSONL store (write-behind, pre-step and model-request
-checkpoints). Prints µs per call (median and p90 over per-turn timings) with and without fsync.
+checkpoints). Per configuration it prints the whole conversation's time, µs per call (median, p90),
+the mean of the last decile of calls over the mean of the first (flat history cost means ~1), and
+the same-run write floor: the session's own bytes written by a bare loop in the same number of
+barriers (two per call, the pre-step and model-request checkpoints), fsynced when fsync is on.
 
-    python benchmarks/replay_call.py [--calls 1000]
+    python benchmarks/replay_call.py [--calls 100,1000,3000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -23,13 +27,13 @@ from loader.session import SessionStore, make_header
 from loader.transcripts import load_transcript
 
 
-async def measure(calls: int, fsync: bool, batch_delay_ms: int) -> list[float]:
+async def measure(calls: int, fsync: bool, batch_delay_ms: int, inline: bool) -> tuple[list[float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         replies = [{"text": f"reply {i}"} for i in range(calls)]
         path.write_text(json.dumps({"version": 1, "name": "bench", "task": "x", "agents": {"root": {"replies": replies}}}))
         provider = ReplayProvider(load_transcript(path))
-        store = SessionStore(Path(tmp) / "home", batch_delay_ms=batch_delay_ms, fsync=fsync)
+        store = SessionStore(Path(tmp) / "home", batch_delay_ms=batch_delay_ms, fsync=fsync, inline_io=inline)
         session = await store.create(make_header("session-bench"))
         provider.bind_root(session.id)
         agent = Agent(session, store=store, provider=provider, options=AgentOptions())
@@ -40,21 +44,64 @@ async def measure(calls: int, fsync: bool, batch_delay_ms: int) -> list[float]:
             await agent.when_idle()
             timings.append((time.perf_counter() - start) * 1e6)
         await agent.dispose()
-        return timings
+        return timings, write_floor(store.path(session.id), Path(tmp) / "floor.jsonl", calls, fsync)
+
+
+def write_floor(source: Path, target: Path, calls: int, fsync: bool) -> float:
+    """Seconds a bare loop takes to append `source`'s lines in 2 batches per call (+ fsync each)."""
+    lines = source.read_bytes().splitlines(keepends=True)
+    header, events = lines[0], lines[1:]
+    per_batch = max(1, len(events) // (2 * calls))
+    batches = [b"".join(events[i : i + per_batch]) for i in range(0, len(events), per_batch)]
+    start = time.perf_counter()
+    fd = os.open(target, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, header)
+        for batch in batches:
+            os.write(fd, batch)
+            if fsync:
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--calls", default="100,1000,3000", help="comma-separated conversation lengths")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--fsync", choices=["both", "on", "off"], default="both")
+    parser.add_argument(
+        "--io", choices=["inline", "thread"], default="inline",
+        help="inline: the store as `dsh run --transcript` builds it (SPEC §26 item 1); thread: as a live run",
+    )
     args = parser.parse_args()
-    for fsync in (False, True):
-        for delay in (0, 200):
-            timings = asyncio.run(measure(args.calls, fsync, delay))
-            q = statistics.quantiles(timings, n=10)
-            print(
-                f"fsync={str(fsync).lower():5} batchDelayMs={delay:3}  calls={len(timings)}  "
-                f"median={statistics.median(timings):8.1f} µs/call  p90={q[-1]:8.1f} µs"
-            )
+    sizes = [int(x) for x in args.calls.split(",")]
+    fsyncs = {"both": (False, True), "on": (True,), "off": (False,)}[args.fsync]
+    load = os.getloadavg()
+    print(f"replayed model calls, one conversation, runs={args.repeat}, loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    inline = args.io == "inline"
+    delays = (0,) if inline else (0, 200)  # inline ignores the delay: next loop iteration (§26 item 1)
+    for fsync in fsyncs:
+        for delay in delays:
+            results: dict[int, list[tuple[list[float], float]]] = {n: [] for n in sizes}
+            for _ in range(args.repeat):
+                for n in sizes:  # interleaved
+                    results[n].append(asyncio.run(measure(n, fsync, delay, inline)))
+            for n in sizes:
+                totals = [sum(t) / 1e6 for t, _ in results[n]]
+                medians = [statistics.median(t) for t, _ in results[n]]
+                decile = max(1, n // 10)
+                growth = [statistics.fmean(t[-decile:]) / statistics.fmean(t[:decile]) for t, _ in results[n]]
+                p90 = [statistics.quantiles(t, n=10)[-1] for t, _ in results[n]]
+                floor = statistics.median(f for _, f in results[n])
+                total = statistics.median(totals)
+                print(
+                    f"io={args.io} fsync={str(fsync).lower():5} batchDelayMs={delay:3}  calls={n:5}  "
+                    f"total {total:7.3f}s  median {statistics.median(medians):8.1f} µs/call  "
+                    f"p90 {statistics.median(p90):8.1f} µs  last/first decile {statistics.median(growth):5.2f}  "
+                    f"write floor {floor:7.3f}s  x floor {total / floor:6.1f}"
+                )
 
 
 if __name__ == "__main__":

@@ -46,13 +46,17 @@ class Emitter:
         return off
 
     def emit(self, name: str, payload: Any) -> None:
-        for fn in list(self._listeners.get(name, ())):
+        fns = self._listeners.get(name)
+        if not fns:
+            return  # issue 13: most events have no listener; no copy, no awaitable check
+        # A snapshot, so listeners added or removed during the emit do not change who is called.
+        for fn in (fns[0],) if len(fns) == 1 else fns.copy():
             try:
                 result = fn(payload)
             except Exception:
                 logger.exception("listener for %s failed", name)
                 continue
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 _background.add(task)
                 task.add_done_callback(_log_task_failure)

@@ -23,11 +23,21 @@ expansion), every explicit tag (`!foo`, and `!!str`, which the round-trip loader
 
 Validation runs on `plain(data)`, a deep copy in builtin types, so validated models never hold
 ruamel's `CommentedMap`/`ScalarString` subclasses; the marked original is kept only for `locate`.
+
+Fast path (issue 13): the round-trip loader is pure Python (a 170 KB generated transcript cost 9 M
+calls). `read_yaml` parses a document that is plain JSON (JSON is YAML 1.2) with the C `json`
+module instead and builds the marked tree only when a caller asks for positions, i.e. to report an
+error. The fast path accepts a document only where both parsers agree: anything it cannot vouch for
+(duplicate keys, `NaN`, escaped surrogates, nesting or integers near the limits, any parse error)
+goes to the marked loader, which applies every refusal above and reports its own position. The size
+bound is the same `read_input` call either way.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +51,18 @@ from ruamel.yaml.tag import Tag
 
 from loader.inputfile import InputRefused, read_input
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "Loc", "YamlProblem", "key_path", "load_yaml_with_marks", "locate", "plain"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "Loc",
+    "YamlDocument",
+    "YamlProblem",
+    "key_path",
+    "load_yaml_with_marks",
+    "locate",
+    "plain",
+    "read_yaml",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,17 +146,112 @@ def load_yaml_with_marks(path: Path) -> Any:
 
     Returns `CommentedMap`/`CommentedSeq`/scalars, or `None` for an empty document.
     """
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    yaml.Composer = _CheckedComposer
+    return _compose_marked(path, _read_text(path))
+
+
+class YamlDocument:
+    """One parsed input file: `data` in builtin types, and the marked tree on demand (`marked()`),
+    composed from the same text, so positions always describe the bytes that were validated."""
+
+    def __init__(self, path: Path, text: str, data: Any, marked: Any = None) -> None:
+        self.path = path
+        self.text = text
+        self.data = data
+        self._marked = marked
+        self._has_marked = marked is not None
+
+    def marked(self) -> Any:
+        """The position-marked tree for `locate`/`key_path` (composed once, on first use)."""
+        if not self._has_marked:
+            self._marked = _compose_marked(self.path, self.text)
+            self._has_marked = True
+        return self._marked
+
+
+def read_yaml(path: Path) -> YamlDocument:
+    """Parse `path` fast where that is safe (module docstring), else with the marked loader.
+
+    Raises `YamlProblem` exactly where `load_yaml_with_marks` would.
+    """
+    text = _read_text(path)
+    data = _fast_json(text)
+    if data is not _NOT_FAST:
+        return YamlDocument(path, text, data)
+    marked = _compose_marked(path, text)
+    return YamlDocument(path, text, plain(marked), marked)
+
+
+class _NotFast(Exception):
+    """The fast path cannot vouch for this document; the marked loader decides."""
+
+
+_NOT_FAST: Any = object()
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # json pairs them, ruamel keeps two code points
+_FAST_MAX_DEPTH = MAX_DEPTH - 2  # margin: near the limit the marked loader's own count decides
+
+
+def _fast_json(text: str) -> Any:
+    """`text` as builtin data if it is JSON both parsers read the same way, else `_NOT_FAST`."""
+    head = text.lstrip(" \t\r\n")[:1]
+    if head not in ("{", "[") or _SURROGATE_ESCAPE.search(text):
+        return _NOT_FAST
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_short_int, parse_constant=_no_constant)
+    except (_NotFast, ValueError, RecursionError):
+        return _NOT_FAST
+    if _depth_exceeds(data, _FAST_MAX_DEPTH):
+        return _NOT_FAST
+    return data
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotFast()  # a duplicate key: the marked loader reports it at its position
+    return out
+
+
+def _short_int(literal: str) -> int:
+    if len(literal) >= MAX_INT_DIGITS:
+        raise _NotFast()
+    return int(literal)
+
+
+def _no_constant(literal: str) -> Any:
+    raise _NotFast()  # NaN / Infinity are not JSON and read as strings in YAML
+
+
+def _depth_exceeds(data: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _read_text(path: Path) -> str:
     try:
         raw = read_input(path)
     except InputRefused as exc:
         raise YamlProblem(exc.path, 0, 0, exc.problem) from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise YamlProblem(path, 1, 1, f"not UTF-8 text: {exc.reason}") from exc
+
+
+def _compose_marked(path: Path, text: str) -> Any:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    yaml.Composer = _CheckedComposer
     try:
         return yaml.load(text)
     except MarkedYAMLError as exc:

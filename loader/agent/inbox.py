@@ -44,6 +44,9 @@ class Inbox:
         self._session = session
         self._events = emitter or Emitter()
         self.lists: dict[str, list[Message]] = {"next-turn": [], "next-step": []}
+        # Invariant: _ids == {m["id"] for items in lists.values() for m in items} (issue 13: the
+        # duplicate check of every append scanned both lists, O(N²) for a parent of N children).
+        self._ids: set[str] = set()
         self._rebuild(session.events)
 
     # -- reading ---------------------------------------------------------------------------
@@ -60,6 +63,8 @@ class Inbox:
         return bool(self.next_turn or self.next_step)
 
     def find(self, message_id: str) -> tuple[Target, int] | None:
+        if message_id not in self._ids:
+            return None
         for target in TARGETS:
             for i, m in enumerate(self.lists[target]):
                 if m["id"] == message_id:
@@ -70,7 +75,7 @@ class Inbox:
     def append(self, target: Target, message: Message) -> None:
         if target not in TARGETS:
             raise InboxError("INVALID_SPLICE", render("R-INBOX-TARGET", target=target))
-        if self.find(message["id"]) is not None:
+        if message["id"] in self._ids:
             raise InboxError("DUPLICATE_MESSAGE", render("R-INBOX-DUPLICATE", id=message["id"]))
         items = self.lists[target]
         self._session.append(
@@ -78,6 +83,7 @@ class Inbox:
         )
         stored = self._session.events[-1]["data"]["inserted"][0]
         items.append(stored)
+        self._ids.add(stored["id"])
         self._events.emit("agent/inbox/inserted", {"message": stored, "target": target})
 
     def remove(self, message_id: str) -> bool:
@@ -131,6 +137,7 @@ class Inbox:
         items = self.lists[target]
         removed = items[start : start + count]
         del items[start : start + count]
+        self._ids.difference_update(m["id"] for m in removed)
         return removed
 
     # -- rebuild ----------------------------------------------------------------------------
@@ -139,6 +146,7 @@ class Inbox:
         # same lists; it raises SESSION_CORRUPT on an invalid splice and accepts a repair's re-insert.
         for target, items in replay_inbox(events).items():
             self.lists[target] = cast("list[Message]", items)
+        self._ids = {m["id"] for items in self.lists.values() for m in items}
 
 
 def _is_notice(message: Message) -> bool:

@@ -27,6 +27,7 @@ of them or copy the directory to see what a kill there would leave.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import logging
@@ -34,10 +35,12 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Literal, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, TypeVar
 
 from loader.errors import SessionError
 from loader.homedir import unsafe_dir_problem
+from loader.session._syncgroup import SyncGroup, sync_targets
 from loader.texts import render
 
 __all__ = [
@@ -92,6 +95,18 @@ class StoreIO(Protocol):
         """Called before each system call of `create_session_file`; raising fails that call."""
         ...
 
+    def attach(self, path: Path, fd: int) -> None:
+        """`fd` (opened `O_APPEND`, flock held) is live for `path`: write, size and truncate use it."""
+        ...
+
+    def detach(self, path: Path) -> None:
+        """`path`'s descriptor is about to be closed; later calls open the path again."""
+        ...
+
+    def sync(self, fds: list[int], dirs: list[Path]) -> None:
+        """Make the writes to `fds` and the entries of `dirs` durable (one group, `_syncgroup`)."""
+        ...
+
 
 def open_regular(path: Path, flags: int) -> int:
     """`os.open` of a session file that refuses symlinks and anything but a regular file (issue 15
@@ -122,31 +137,56 @@ def check_dirs(*directories: Path) -> None:
 
 
 class FileIO:
-    """The real `StoreIO`. Subclass it in tests to inject failures (override `write`)."""
+    """The real `StoreIO`. Subclass it in tests to inject failures (override `write`).
+
+    A live session's file is written through the descriptor the store holds its flock on (issue 13:
+    no stat + open + close per batch, and no path lookup an attacker could redirect). Subclasses
+    need not call `__init__`, so the table of held descriptors is created on first use.
+    """
+
+    def _held(self) -> dict[Path, int]:
+        held: dict[Path, int] | None = self.__dict__.get("_held_fds")
+        if held is None:
+            held = self.__dict__["_held_fds"] = {}
+        return held
+
+    def attach(self, path: Path, fd: int) -> None:
+        self._held()[path] = fd
+
+    def detach(self, path: Path) -> None:
+        self._held().pop(path, None)
 
     def size(self, path: Path) -> int:
-        return os.stat(path).st_size
+        fd = self._held().get(path)
+        return os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
 
     def write(self, path: Path, data: bytes, fsync: bool) -> None:
-        fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
+        held = self._held().get(path)
+        fd = held if held is not None else open_regular(path, os.O_WRONLY | os.O_APPEND)
         try:
             write_all(fd, data)
             if fsync:
                 os.fsync(fd)
         finally:
-            os.close(fd)
+            if held is None:
+                os.close(fd)
 
     def truncate(self, path: Path, size: int, fsync: bool) -> None:
-        fd = open_regular(path, os.O_WRONLY)
+        held = self._held().get(path)
+        fd = held if held is not None else open_regular(path, os.O_WRONLY)
         try:
             os.ftruncate(fd, size)
             if fsync:
                 os.fsync(fd)
         finally:
-            os.close(fd)
+            if held is None:
+                os.close(fd)
 
     def create_step(self, step: CreateStep, directory: Path) -> None:
         return None
+
+    def sync(self, fds: list[int], dirs: list[Path]) -> None:
+        sync_targets(fds, dirs)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -155,11 +195,15 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def append_batch(io: StoreIO, path: Path, data: bytes, fsync: bool, committed: int | None = None) -> int:
+def append_batch(
+    io: StoreIO, path: Path, data: bytes, fsync: bool, committed: int | None = None, *, defer_sync: bool = False
+) -> int:
     """Append `data` as one batch; on failure truncate back and re-raise. Returns the new size.
 
     `committed` is the size the store last saw succeed; a larger file holds bytes of a write whose
     outcome was never observed (failed truncate, cancelled await), and is cut back before writing.
+    With `defer_sync` the write itself is not fsynced (the caller group-commits it, `_syncgroup`);
+    truncations still follow `fsync`.
     """
     size = io.size(path)
     if committed is not None and size != committed:
@@ -169,7 +213,7 @@ def append_batch(io: StoreIO, path: Path, data: bytes, fsync: bool, committed: i
         io.truncate(path, committed, fsync)
         size = committed
     try:
-        io.write(path, data, fsync)
+        io.write(path, data, fsync and not defer_sync)
     except BaseException:
         try:
             io.truncate(path, size, fsync)
@@ -198,7 +242,9 @@ class _Vanished(Exception):
     """Our unpublished directory or temp file was removed under us (a concurrent `prune`)."""
 
 
-def create_session_file(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str) -> int:
+async def create_session_file(
+    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, *, inline: bool
+) -> int:
     """Publish `path` holding exactly the header `line`; return its descriptor, flock held (§5.4).
 
     Raises `SESSION_EXISTS` if `path` exists. The lock is taken on our own fresh temp file, so it can
@@ -206,37 +252,117 @@ def create_session_file(io: StoreIO, path: Path, line: bytes, fsync: bool, sessi
     before we published, creation starts over (up to `_CREATE_ATTEMPTS` times). On failure nothing
     we created stays behind except directories (an empty directory reads as never materialized, the
     same as a kill would leave it).
+
+    The two syncs (the header before any name points at it, the directory entries after the link)
+    go through the store's `SyncGroup`, so all creations of one loop iteration share them (issue
+    13). The system calls between them run in a worker thread, or inline under replay (`inline`).
     """
     for _ in range(_CREATE_ATTEMPTS - 1):
         try:
-            return _create_once(io, path, line, fsync, session_id)
+            return await _create_once(io, path, line, fsync, session_id, sync, inline)
         except _Vanished:
             logger.info("session %s: directory changed during creation; starting over", session_id)
     try:
-        return _create_once(io, path, line, fsync, session_id)
+        return await _create_once(io, path, line, fsync, session_id, sync, inline)
     except _Vanished as exc:
         raise OSError(f"session {session_id}: {path.parent} keeps vanishing during creation") from exc
 
 
-def _create_once(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str) -> int:
+async def _create_once(
+    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, inline: bool
+) -> int:
     directory = path.parent
-    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    fd, temp = await _blocking(inline, _prepare, io, path, line, session_id, orphan=lambda r: _discard(r[0], r[1]))
+    published = False
+    ours = True  # False once a cancelled thread owns the cleanup (`_blocking`'s orphan)
+    try:
+        if fsync:
+            io.create_step("fsync-temp", directory)
+            await sync.sync(fds=[fd])  # the header is durable before any name points at it
+        try:
+            await _blocking(inline, _link, io, path, temp, session_id, orphan=lambda _: _discard(fd, temp, path),
+                            orphan_failed=lambda: _discard(fd, temp))
+        except asyncio.CancelledError:
+            ours = False
+            raise
+        published = True
+        if fsync:
+            io.create_step("fsync-dir", directory)
+            await sync.sync(dirs=[directory, directory.parent])
+    except BaseException:
+        if ours:
+            _discard(fd, temp, path if published else None)
+        raise
+    return fd
+
+
+_R = TypeVar("_R")
+
+
+async def _blocking(
+    inline: bool,
+    fn: Callable[..., _R],
+    *args: Any,
+    orphan: Callable[[_R], None],
+    orphan_failed: Callable[[], None] | None = None,
+) -> _R:
+    """`fn(*args)` inline, or in a thread; if our caller is cancelled meanwhile, `orphan(result)`
+    (or `orphan_failed()` when `fn` raised) undoes what the thread did (a thread cannot be cancelled)."""
+    if inline:
+        return fn(*args)
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def undo(done: asyncio.Future[_R]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                if orphan_failed is not None:
+                    orphan_failed()
+            else:
+                orphan(done.result())
+
+        future.add_done_callback(undo)
+        raise
+
+
+def _discard(fd: int, temp: Path, published: Path | None = None) -> None:
+    """Undo an unfinished creation: ours and locked, so nobody has seen it as live yet."""
+    if published is not None:
+        published.unlink(missing_ok=True)
+    temp.unlink(missing_ok=True)
+    os.close(fd)
+
+
+def _make_dirs(io: StoreIO, directory: Path) -> None:
+    """Create the session directory (and, only when its parent is missing, the missing ancestors)."""
+    if directory.parent.is_dir():
+        missing = [directory]  # the common case: no walk up to the root (issue 13)
+    else:
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
     for d in reversed(missing):  # every directory we create is 0700, parents included
         io.create_step("mkdir", d)
         try:
             os.mkdir(d, DIR_MODE)
         except FileExistsError:
             pass
+
+
+def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int, Path]:
+    """Directory, locked temp file holding the header (not yet synced); cleans up after itself."""
+    directory = path.parent
+    _make_dirs(io, directory)
     check_dirs(directory.parent.parent, directory.parent, directory)  # home, sessions/, the session
     if os.path.lexists(path):
         raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
     temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
     io.create_step("open-temp", directory)
+    # O_APPEND: the store writes every later batch through this descriptor (`FileIO.attach`).
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+        fd = os.open(temp, flags, FILE_MODE)
     except FileNotFoundError as exc:
         raise _Vanished() from exc
-    published = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -244,27 +370,25 @@ def _create_once(io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: 
             raise _Vanished() from exc
         io.create_step("write-header", directory)
         write_all(fd, line)
-        if fsync:
-            io.create_step("fsync-temp", directory)
-            os.fsync(fd)
-        io.create_step("link", directory)
-        try:
-            os.link(temp, path, follow_symlinks=False)
-        except FileExistsError as exc:
-            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
-        except FileNotFoundError as exc:  # a prune removed the temp file before we locked it
-            raise _Vanished() from exc
-        published = True
+    except BaseException:
+        _discard(fd, temp)
+        raise
+    return fd, temp
+
+
+def _link(io: StoreIO, path: Path, temp: Path, session_id: str) -> None:
+    """Publish the temp file under its final name (EEXIST keeps `SESSION_EXISTS`), drop the temp name."""
+    directory = path.parent
+    io.create_step("link", directory)
+    try:
+        os.link(temp, path, follow_symlinks=False)
+    except FileExistsError as exc:
+        raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
+    except FileNotFoundError as exc:  # a prune removed the temp file before we locked it
+        raise _Vanished() from exc
+    try:
         io.create_step("unlink-temp", directory)
         os.unlink(temp)
-        if fsync:
-            io.create_step("fsync-dir", directory)
-            fsync_dir(directory)
-            fsync_dir(directory.parent)
     except BaseException:
-        if published:
-            path.unlink(missing_ok=True)  # ours and locked: nobody has seen it as live yet
-        temp.unlink(missing_ok=True)
-        os.close(fd)
+        path.unlink(missing_ok=True)  # ours and locked: nobody has seen it as live yet
         raise
-    return fd

@@ -23,13 +23,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from loader.errors import ReentrantAppend, SessionError
-from loader.session.envelope import EVENT_TYPES, Event
+from loader.session.envelope import EVENT_TYPES, Event, encode_line
 
-__all__ = ["Observer", "Session", "Sink"]
+__all__ = ["LineSink", "Observer", "Session", "Sink"]
 
 logger = logging.getLogger(__name__)
 
 Sink = Callable[[Event], None]
+LineSink = Callable[[Event, bytes], None]
+"""A sink that also receives the event's encoded line (`encode_line(event)`, computed once)."""
 Observer = Callable[[Event], Any]
 """Called with each published event; a returned awaitable is scheduled as a task (§4.1)."""
 
@@ -38,16 +40,33 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _snapshot(data: Any) -> dict[str, Any]:
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_decode = json.JSONDecoder().decode
+
+
+def _snapshot(data: Any) -> tuple[dict[str, Any], str]:
+    """The data's JSON text (the form `encode_line` writes) and a deep copy decoded from it."""
     if not isinstance(data, dict):
         raise SessionError("INVALID_EVENT", f"event data is not an object: {type(data).__name__}")
     try:
-        copied = json.loads(json.dumps(data, allow_nan=False))
+        text = _encode(data)
     except (TypeError, ValueError) as exc:
         raise SessionError("INVALID_EVENT", f"event data is not JSON: {exc}") from exc
+    copied = _decode(text)
     if not isinstance(copied, dict):  # pragma: no cover - a dict always round-trips to a dict
         raise SessionError("INVALID_EVENT", "event data is not an object")
-    return copied
+    return copied, text
+
+
+def _line(type: str, seq: int, time: int, data_text: str, ignorable: bool) -> bytes:
+    """`encode_line(event)` from the data's text, without encoding the data again (issue 13)."""
+    tail = ',"ignorable":true}' if ignorable else "}"
+    text = f'{{"type":{_encode(type)},"seq":{seq},"time":{time},"data":{data_text}{tail}'
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates: the escaped form, as `encode_line` writes it
+        return encode_line({"type": type, "seq": seq, "time": time, "data": _decode(data_text),
+                            **({"ignorable": True} if ignorable else {})})
 
 
 class Session:
@@ -57,6 +76,7 @@ class Session:
         events: list[Event] | None = None,
         *,
         sink: Sink | None = None,
+        line_sink: LineSink | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.header = header
@@ -64,11 +84,15 @@ class Session:
         self.events: list[Event] = list(events) if events is not None else []
         self.closed = False
         self._sink = sink
+        self._line_sink = line_sink
         self._clock = clock or _now_ms
         self._observers: list[Observer] = []
         # Invariant: _publishing is True exactly while observers of one append are being called.
         self._publishing = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Invariant: _messages == derive_messages() of events[:_derived] (the incremental walk).
+        self._messages: list[dict[str, Any]] = []
+        self._derived = 0
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, events={len(self.events)}, closed={self.closed})"
@@ -84,14 +108,12 @@ class Session:
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
             raise SessionError("INVALID_EVENT", f"unknown event type {type}")
-        event: Event = {
-            "type": type,
-            "seq": len(self.events),
-            "time": self._clock(),
-            "data": _snapshot(data),
-        }
+        copied, text = _snapshot(data)
+        event: Event = {"type": type, "seq": len(self.events), "time": self._clock(), "data": copied}
         if ignorable:
             event["ignorable"] = True
+        if self._line_sink is not None:  # may raise: then nothing is appended or published
+            self._line_sink(event, _line(type, event["seq"], event["time"], text, ignorable))
         if self._sink is not None:
             self._sink(event)  # may raise: then nothing is appended or published
         self.events.append(event)
@@ -109,9 +131,15 @@ class Session:
         return unsubscribe
 
     def derive_messages(self) -> list[dict[str, Any]]:
-        """The model-visible request messages (§5.3). The dicts are the log's own: treat as read-only."""
-        messages: list[dict[str, Any]] = []
-        for event in self.events:
+        """The model-visible request messages (§5.3). The dicts are the log's own: treat as read-only.
+
+        Kept incrementally (issue 13: walking the whole log per model call made a conversation's
+        cost quadratic): only events appended since the last call are walked; sound because the
+        log only grows. The list returned is a fresh copy, so callers may extend it.
+        """
+        events, messages = self.events, self._messages
+        for i in range(self._derived, len(events)):
+            event = events[i]
             kind, data = event["type"], event["data"]
             if kind == "user/message":
                 messages.append(data)
@@ -123,7 +151,8 @@ class Session:
                 message = data.get("message")
                 if isinstance(message, dict):
                     messages.append(message)
-        return messages
+        self._derived = len(events)
+        return list(messages)
 
     def _publish(self, event: Event) -> None:
         self._publishing = True

@@ -6,8 +6,11 @@ held with an exclusive `fcntl.flock` on a descriptor kept open until `close`.
 Write path (§5.4): `Session.append` calls the store's sink, which serializes the event and queues the
 line synchronously. A timer of `batch_delay_ms` (0 = next loop iteration) starts when an idle queue
 receives work; when it fires, one writer task appends the whole queue as one batch in one
-`asyncio.to_thread` call. `flush` is the durability barrier (§5.5): it cancels the timer, waits for
-an in-flight write and drains the queue; concurrent flushes share one barrier task.
+`asyncio.to_thread` call, through the descriptor the flock is held on (`FileIO.attach`). With
+`fsync`, the batch is then made durable by the store's `SyncGroup` (issue 13 group commit: the syncs
+requested in one loop iteration, by any session's batch or creation, share one `syncfs`/fsync).
+`flush` is the durability barrier (§5.5): it cancels the timer, waits for an in-flight write and
+drains the queue; concurrent flushes share one barrier task; it returns only after the sync.
 
 Invariants, per live session:
 - At most one write is in flight (`_Live.writer`); the barrier and the timer only ever start a write
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -54,6 +58,7 @@ from typing import Any, TypeVar
 
 from loader.errors import CheckpointError, SessionError
 from loader.ids import is_valid_session_id
+from loader.session._syncgroup import SyncGroup
 from loader.session._fileio import (
     FileIO,
     StoreIO,
@@ -156,6 +161,8 @@ class SessionStore:
         # SPEC §26 item 1: replay runs do their blocking I/O on the loop thread (module docstring).
         self.inline_io = inline_io
         self._live: dict[str, _Live] = {}
+        # Issue 13: one sync per loop iteration for every batch and creation that asked for one.
+        self._sync = SyncGroup(self.io.sync, inline=inline_io)
 
     def __repr__(self) -> str:
         return f"SessionStore({str(self.home)!r}, live={len(self._live)})"
@@ -202,9 +209,8 @@ class SessionStore:
         header = json.loads(json.dumps(header, allow_nan=False))
         line = encode_line(header)
         path = self.path(session_id)
-        fd = await _locking_call(
-            lambda fd: fd, create_session_file, self.io, path, line, self.fsync, session_id,
-            inline=self.inline_io,
+        fd = await create_session_file(
+            self.io, path, line, self.fsync, session_id, self._sync, inline=self.inline_io
         )
         return self._publish(header, [], path, fd, len(line))
 
@@ -213,18 +219,19 @@ class SessionStore:
     ) -> Session:
         live = _Live(path, fd, size)
 
-        def sink(event: Event) -> None:
-            self._enqueue(live, event)
+        def sink(event: Event, line: bytes) -> None:
+            self._enqueue(live, line)
 
-        live.session = Session(header, events, sink=sink, clock=self._clock)
+        live.session = Session(header, events, line_sink=sink, clock=self._clock)
         self._live[live.session.id] = live
+        self.io.attach(path, fd)  # batches go through the locked descriptor (issue 13)
         return live.session
 
     # -- write-behind --------------------------------------------------------------------------
 
-    def _enqueue(self, live: _Live, event: Event) -> None:
+    def _enqueue(self, live: _Live, line: bytes) -> None:
         """The Session sink: synchronous; raising here keeps the event out of the log."""
-        live.queue.append(encode_line(event))
+        live.queue.append(line)
         # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
         if live.timer is None and live.writer is None and live.barrier is None:
             self._arm_timer(live)
@@ -260,9 +267,13 @@ class SessionStore:
             if self.inline_io:
                 # SPEC §26 item 1: on the loop thread under replay; still one write in flight, since
                 # the writer task is registered before this runs and the call holds the loop.
-                size = append_batch(self.io, live.path, data, self.fsync, live.committed)
+                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
             else:
-                size = await asyncio.to_thread(append_batch, self.io, live.path, data, self.fsync, live.committed)
+                size = await asyncio.to_thread(
+                    functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
+                )
+            if self.fsync:
+                await self._synced(live, size - len(data))
         except Exception as exc:
             live.writer = None
             live.error = exc
@@ -279,6 +290,18 @@ class SessionStore:
         if live.queue and live.barrier is None and live.timer is None:
             self._arm_timer(live)  # events that arrived during the write
         return None
+
+    async def _synced(self, live: _Live, before: int) -> None:
+        """Group-commit the batch just written (`_syncgroup`); on failure cut it back and raise, so
+        `committed` only ever names fsynced bytes (the truncate-on-failure rule of `append_batch`)."""
+        try:
+            await self._sync.sync(fds=[live.lock_fd])
+        except BaseException:
+            try:
+                self.io.truncate(live.path, before, self.fsync)
+            except Exception:
+                logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            raise
 
     async def flush(self, session: Session) -> None:
         """Durability barrier (§5.4 item 3). Raises `CheckpointError`; the batch then stays queued."""
@@ -340,6 +363,7 @@ class SessionStore:
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
+        self.io.detach(live.path)
         try:
             fcntl.flock(live.lock_fd, fcntl.LOCK_UN)
         finally:
@@ -368,7 +392,7 @@ class SessionStore:
         result = parse(raw, source=str(path))
         closers = check_resumable(session_id, result)  # every line validated before any write
         check_dirs(self.home, self.sessions_dir, path.parent)  # issue 15 item 1: before any write
-        fd = open_regular(path, os.O_RDONLY)
+        fd = open_regular(path, os.O_RDWR | os.O_APPEND)  # held for the session's batches (`FileIO.attach`)
         try:
             lock_exclusive(fd, session_id)
             if os.fstat(fd).st_size != len(raw):

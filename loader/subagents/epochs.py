@@ -16,10 +16,11 @@ crash/resume cycles; the inbox's DUPLICATE_MESSAGE is the last guard.
 from __future__ import annotations
 
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from loader.session import Event
+from loader.session import Event, Session
 
 __all__ = [
     "CONTINUE_FORM",
@@ -28,6 +29,7 @@ __all__ = [
     "epochs_of",
     "holds_message",
     "latest_epoch",
+    "session_holds_message",
     "next_epoch",
     "notice_id",
 ]
@@ -80,11 +82,42 @@ def next_epoch(events: list[Event]) -> int:
 
 def holds_message(events: list[Event], message_id: str) -> bool:
     """Was a message with this id ever inserted into (or entered from) this log's inbox?"""
-    for event in events:
+    return message_id in _message_ids(events, 0, set())
+
+
+def _message_ids(events: list[Event], start: int, ids: set[str]) -> set[str]:
+    for i in range(start, len(events)):
+        event = events[i]
         kind, data = event["type"], event["data"]
         if kind == "agent/inbox/spliced":
-            if any(isinstance(m, dict) and m.get("id") == message_id for m in data.get("inserted", [])):
-                return True
-        elif kind == "user/message" and data.get("id") == message_id:
-            return True
-    return False
+            ids.update(m["id"] for m in data.get("inserted", ()) if isinstance(m, dict) and isinstance(m.get("id"), str))
+        elif kind == "user/message" and isinstance(data.get("id"), str):
+            ids.add(data["id"])
+    return ids
+
+
+class _MessageIndex:
+    """The ids `holds_message` looks for in one live log, and how many events they cover."""
+
+    __slots__ = ("ids", "scanned")
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.scanned = 0
+
+
+_INDEXES: weakref.WeakKeyDictionary[Session, _MessageIndex] = weakref.WeakKeyDictionary()
+
+
+def session_holds_message(session: Session, message_id: str) -> bool:
+    """`holds_message(session.events, id)`, kept incrementally per live session (issue 13: a
+    1,000-child fan-out rescanned the parent's whole log once per notice, O(N²)). Sound because a
+    session log only ever grows (`Session` invariant: appends never rewrite an event)."""
+    index = _INDEXES.get(session)
+    if index is None:
+        index = _INDEXES[session] = _MessageIndex()
+    events = session.events
+    if index.scanned < len(events):
+        _message_ids(events, index.scanned, index.ids)
+        index.scanned = len(events)
+    return message_id in index.ids

@@ -93,6 +93,8 @@ class ContinuationManager:
         self.config = config or ManagerConfig()
         self.agents = ChildAgents(store, registry, factory, descriptor_hook)
         self.activations: dict[str, Activation] = {}
+        # Reverse index of `owned_children`: child id -> {owner id: owner Activation}, in order.
+        self._owners: dict[str, dict[str, Activation]] = {}
         self.materializations: set[Materialization] = set()
         self.locks = ChildLock()
         self.closing_scopes: dict[Agent, set[Agent]] = {}
@@ -198,10 +200,13 @@ class ContinuationManager:
         if pa.disposal is not None:
             raise err("ACTIVATION_CLOSING", "T-ERR-CLOSING-PARENT", pid=parent.id)
         pa.owned_children.add(child_id)
+        self._owners.setdefault(child_id, {})[parent.id] = pa
 
     def release_ownership(self, child_id: str) -> None:
-        for owner in self.activations.values():
-            if child_id in owner.owned_children:
+        # Through the reverse index (issue 13: iterating every live Activation per settlement was
+        # O(N²) with many resident children); owners in acquisition order, each still live.
+        for owner_id, owner in self._owners.pop(child_id, {}).items():
+            if self.activations.get(owner_id) is owner and child_id in owner.owned_children:
                 owner.owned_children.discard(child_id)
                 self.poke(owner)
 

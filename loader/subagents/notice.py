@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 from loader.agent import Inbox, Message, text_block, user_message
 from loader.agent.fold import STOP_REASONS
 from loader.errors import SessionError, error_chain
-from loader.subagents.epochs import holds_message, notice_id
+from loader.subagents.epochs import notice_id, session_holds_message
 from loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def notify_settlement(
 
 def deliver_live(manager: NoticeHost, parent: Agent, message: Message) -> None:
     """§9.2 steps 4–5; synchronous, so it can run inside span S6. Raises what the send raises."""
-    if holds_message(parent.session.events, message["id"]):
+    if session_holds_message(parent.session, message["id"]):
         return  # delivered by an earlier process (a crash between the notice and the release)
     own = manager.own_activation(parent)
     if manager.closing_for(parent) is not None or (own is not None and own.disposal is not None):
@@ -236,7 +236,7 @@ async def _write_offline(manager: NoticeHost, parent_id: str, message: Message) 
             logger.log(level, TEXTS["T-LOG-NOTICE-KEPT"].format(id=parent_id, detail=error_chain(exc)))
             return
         try:
-            if not holds_message(session.events, message["id"]):
+            if not session_holds_message(session, message["id"]):
                 Inbox(session).append("next-turn", message)
                 await manager.store.flush(session)
         finally:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from loader.errors import ConfigError, TranscriptError
 from loader.shipped import resolve_name
 from loader.transcripts.schema import LocatedProblem, TranscriptSpec
-from loader.yamlpos import Loc, YamlProblem, key_path, load_yaml_with_marks, locate, plain
+from loader.yamlpos import Loc, YamlDocument, YamlProblem, key_path, locate, read_yaml
 
 __all__ = ["Transcript", "format_validation_error", "load_transcript"]
 
@@ -49,18 +49,25 @@ def load_transcript(value: str | Path) -> Transcript:
     """Load a shipped transcript by name, or a file by path (`Path`, or str with `/` or `.yaml`)."""
     path = _resolve(value)
     try:
-        data = load_yaml_with_marks(path)
+        document = read_yaml(path)  # fast parse; the position-marked tree only for an error
     except YamlProblem as exc:
         raise TranscriptError(str(exc)) from exc
-    if not isinstance(data, dict):
-        line, col = locate(data, ())
+    if not isinstance(document.data, dict):
+        line, col = locate(_marked(document), ())
         raise TranscriptError(f"{path}:{line}:{col}: a transcript must be a YAML mapping")
     try:
-        spec = TranscriptSpec.model_validate(plain(data))
+        spec = TranscriptSpec.model_validate(document.data)
     except ValidationError as exc:
-        raise TranscriptError(format_validation_error(path, data, exc)) from exc
+        raise TranscriptError(format_validation_error(path, _marked(document), exc)) from exc
     logger.debug("loaded transcript %s from %s", spec.name, path)
     return Transcript(spec=spec, path=path)
+
+
+def _marked(document: YamlDocument) -> Any:
+    try:
+        return document.marked()
+    except YamlProblem as exc:  # the fast parser accepted what the marked loader refuses
+        raise TranscriptError(str(exc)) from exc
 
 
 def _resolve(value: str | Path) -> Path:

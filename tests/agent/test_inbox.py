@@ -51,3 +51,26 @@ def test_runtime_texts_are_their_own_table_beside_the_spec_texts():
     assert all(tid.startswith("R-") for tid in RUNTIME_TEXTS)
     assert not set(RUNTIME_TEXTS) & set(TEXTS)
     assert render("R-INBOX-SPLICE", seq=3) == "invalid inbox splice at seq 3"
+
+
+def test_the_duplicate_check_follows_claims_removals_and_rebuilds():
+    """Issue 13 keeps the ids of both lists in a set; it must track every mutation: an id is
+    refused while it is queued, accepted again once it was claimed or removed, and a rebuilt inbox
+    refuses exactly the ids its log leaves queued."""
+    s = session()
+    inbox = Inbox(s)
+    a, b, c = user_message("a"), user_message("b"), user_message("c")
+    inbox.append("next-turn", a)
+    inbox.append("next-step", b)
+    inbox.append("next-turn", c)
+    assert [m["id"] for m in inbox.claim("next-turn", 1)] == [b["id"], a["id"]]
+    assert inbox.remove(c["id"]) is True and inbox.find(c["id"]) is None
+    inbox.append("next-step", dict(a))  # claimed: the id is free again
+    inbox.append("next-turn", dict(c))  # removed: free again
+    rebuilt = Inbox(s)
+    for m in (a, c):
+        with pytest.raises(InboxError) as err:
+            rebuilt.append("next-turn", dict(m))
+        assert err.value.code == "DUPLICATE_MESSAGE"
+    rebuilt.append("next-turn", dict(b))  # claimed in the log: not queued after the rebuild
+    assert rebuilt.find(b["id"]) == ("next-turn", 1)

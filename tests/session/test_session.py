@@ -209,3 +209,21 @@ def test_derive_messages_walks_user_assistant_and_tool_results_only() -> None:
     session.append("assistant/message", {"turn": 1, "step": 1, "message": empty, "interrupted": True})
     session.append("step/end", {"turn": 1, "step": 1})
     assert session.derive_messages() == [user, said, result]
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param({"turn": 1}, id="plain"),
+    pytest.param({"text": "héllo \u2028 \" \\ \n", "nested": [{"a": None, "b": 1.5, "c": True}]}, id="unicode"),
+    pytest.param({"text": "lone \ud800 surrogate"}, id="lone-surrogate"),
+])
+@pytest.mark.parametrize("ignorable", [False, True])
+def test_the_line_handed_to_the_store_is_encode_line_of_the_event(data: dict[str, Any], ignorable: bool) -> None:
+    """Issue 13: the data is encoded once; the line the store writes must still be byte-identical to
+    `encode_line(event)`, the format every reader and every replay flow compares."""
+    from loader.session.envelope import encode_line
+
+    lines: list[tuple[Event, bytes]] = []
+    session = Session(make_header("session-x"), line_sink=lambda event, line: lines.append((event, line)))
+    event = session.append("x-custom" if ignorable else "turn/start", data, ignorable=ignorable)
+    assert lines == [(event, encode_line(event))]
+    assert event["data"] == data and event["data"] is not data

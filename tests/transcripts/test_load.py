@@ -320,3 +320,27 @@ def test_an_empty_file_is_rejected(tmp_path: Path) -> None:
     path, _ = write(tmp_path, "")
 
     assert load_error(path) == f"{path}:1:1: a transcript must be a YAML mapping"
+
+
+def test_a_json_transcript_with_a_bad_key_is_reported_at_the_key(tmp_path: Path) -> None:
+    # Issue 13: JSON transcripts take the fast parser; the error still carries file:line:col.
+    body = '{"version": 1, "name": "demo", "task": "t",\n "agents": {"root": {"replies": [{"txet": "x"}]}}}\n'
+    path = tmp_path / "scenario.yaml"
+    path.write_text(body, encoding="utf-8")
+
+    message = load_error(path)
+
+    where = at(body, '"txet"')
+    assert message.startswith(f"{path}:{where}: agents.root.replies[0]")
+
+
+def test_a_valid_json_transcript_loads_to_the_same_spec_as_its_yaml_twin(tmp_path: Path) -> None:
+    import json
+
+    from loader.yamlpos import load_yaml_with_marks, plain
+
+    yaml_path, _ = write(tmp_path, VALID)
+    json_path = tmp_path / "twin.yaml"
+    json_path.write_text(json.dumps(plain(load_yaml_with_marks(yaml_path))), encoding="utf-8")
+
+    assert load_transcript(json_path).spec == load_transcript(yaml_path).spec

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.yamlpos import YamlProblem, key_path, load_yaml_with_marks, locate, plain
+from loader.yamlpos import YamlProblem, key_path, load_yaml_with_marks, locate, plain, read_yaml
 
 TEXT = """\
 top:
@@ -66,3 +66,64 @@ def test_malformed_yaml_raises_a_problem_with_a_one_based_position(tmp_path: Pat
 
     assert (info.value.line, info.value.col) == (2, 3)
     assert str(info.value).startswith(f"{path}:2:3: ")
+
+
+# -- fast path (issue 13): JSON documents skip the round-trip loader, errors keep their positions --
+
+JSON_CASES = [
+    '{"a": [1, 2.5, -0, 1e5, true, false, null], "b": {"c": "x\\u00e9\\n\\/"}}',
+    '[{"k": "v"}, [], {}]',
+    '  \n{"nested": {"deeper": [[["x"]]]}}\n',
+]
+
+
+@pytest.mark.parametrize("text", JSON_CASES)
+def test_a_json_document_reads_as_the_marked_loader_reads_it(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(text, encoding="utf-8")
+    document = read_yaml(path)
+    assert document._has_marked is False  # the fast path built no marked tree
+    assert document.data == plain(load_yaml_with_marks(path))
+    assert [type(v) for v in document.data] == [type(v) for v in plain(load_yaml_with_marks(path))]
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "problem"),
+    [
+        ('{"a": 1,\n "a": 2}', "2:2", "duplicate key"),
+        ('{"a":' + "[" * 70 + "]" * 70 + "}", "1:", "nested deeper than 64"),
+        ('{"n": ' + "9" * 80 + "}", "1:7", "integer longer than 64 digits"),
+    ],
+)
+def test_json_the_fast_path_cannot_vouch_for_gets_the_marked_refusal(
+    tmp_path: Path, text: str, position: str, problem: str
+) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(YamlProblem) as caught:
+        read_yaml(path)
+    assert f"{path}:{position}" in str(caught.value)
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"s": "\\ud83d\\ude00"}', {"s": "\ud83d\ude00"}),  # ruamel keeps two code points; json pairs them
+        ('{"n": [NaN]}', {"n": ["NaN"]}),  # not JSON; YAML reads a string
+    ],
+)
+def test_escaped_surrogates_and_nan_take_the_marked_path(tmp_path: Path, text: str, expected: object) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(text, encoding="utf-8")
+    document = read_yaml(path)
+    assert document.data == expected
+    assert document._has_marked is True
+
+
+def test_yaml_that_is_not_json_takes_the_marked_path(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(TEXT, encoding="utf-8")
+    document = read_yaml(path)
+    assert document.data == plain(load_yaml_with_marks(path))
+    assert locate(document.marked(), ("top", "flow")) == (5, 3)
