@@ -254,3 +254,59 @@ def test_render_fills_every_placeholder():
         assert "{" not in out and "}" not in out, tid
     assert render("T-CLI-BAD-ADDRESS", value="a/b/c") == "expected <parentSessionId>/<childSessionId>, got 'a/b/c'"
     assert render("T-TOOL-ERROR", code="UNAUTHORIZED", message="no") == "Tool failed [UNAUTHORIZED]: no"
+
+
+# The runtime's own wording (R- ids): no spec text, stable all the same (issue 14 item 6).
+PINNED_RUNTIME_TEXTS = {
+    "R-INBOX-TARGET": "unknown inbox target {target!r}",
+    "R-INBOX-DUPLICATE": "message {id} is already queued",
+    "R-INBOX-SPLICE": "invalid inbox splice at seq {seq}",
+    "R-SESSION-NOT-AN-ID": "{id!r} is not a session id",
+    "R-SESSION-EXISTS": "session {id} already exists",
+    "R-SESSION-HEADER-VERSION": "header version {version} is not {expected}",
+    "R-SESSION-BUSY-HERE": "session {id} is already live in this run",
+    "R-SESSION-BUSY-ELSEWHERE": "session {id} is held by another run",
+    "R-SESSION-CHECKPOINT": "checkpoint of session {id} failed: {error}",
+    "R-SESSION-REPAIR": "repair of session {id} failed: {error}",
+    "R-SESSION-CLOSED": "session {id} is closed",
+    "R-EVENT-NOT-OBJECT": "event data is not an object: {kind}",
+    "R-EVENT-NOT-JSON": "event data is not JSON: {error}",
+    "R-EVENT-BAD-TYPE": "event type {type!r} is not a non-empty string",
+    "R-EVENT-UNKNOWN-TYPE": "unknown event type {type}",
+    "R-LOG-NO-FILE": "no session file at {path}",
+    "R-LOG-EMPTY": "{source} is empty: it was never materialized",
+    "R-LOG-NO-HEADER": "{source}: missing or malformed header",
+    "R-LOG-HEADER-PROBLEM": "{source}: {problem}",
+    "R-LOG-HEADER-UNTERMINATED": "{source}: header line is not terminated",
+    "R-LOG-BAD-SHAPE": "{source}:{line}: {shape} (seq {seq})",
+    "R-LOG-HEADER-ID": "header id {found} is not {expected}",
+    "R-LOG-UNKNOWN-EVENT": "unknown event type {type} at seq {seq}",
+    "R-LOG-INVALID": "{what} at seq {seq}",
+    "R-LOG-NO-FILE-IN-DIR": "{directory} holds no session file: it was never materialized",
+    "R-LOG-DAMAGE-BEFORE-END": "{source}: damaged line at byte {at} precedes a committed turn/end",
+    "R-LOG-NEWER": "{source}: format version {version} is newer than {ours}",
+}
+
+
+def test_the_runtime_texts_are_pinned_byte_for_byte() -> None:
+    from loader.texts import RUNTIME_TEXTS
+
+    assert RUNTIME_TEXTS == PINNED_RUNTIME_TEXTS
+
+
+def test_the_session_store_and_inbox_spell_no_error_text_of_their_own() -> None:
+    """A typed error raised in loader/session/ or the inbox takes its message from texts.py
+    (`render(...)`, or a variable holding one), never an inline string or f-string."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "loader"
+    message_at = {"SessionError": 1, "InboxError": 1, "CheckpointError": 0}  # after the code, if any
+    inline = []
+    for path in [*sorted((root / "session").glob("*.py")), root / "agent" / "inbox.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in message_at:
+                at = message_at[node.func.id]
+                if len(node.args) > at and isinstance(node.args[at], (ast.JoinedStr, ast.Constant)):
+                    inline.append(f"{path.name}:{node.lineno}")
+    assert inline == []

@@ -235,7 +235,7 @@ def lock_exclusive(fd: int, session_id: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
-        raise SessionError("SESSION_BUSY", f"session {session_id} is held by another run") from exc
+        raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-ELSEWHERE", id=session_id)) from exc
 
 
 class _Vanished(Exception):
@@ -354,7 +354,7 @@ def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int
     _make_dirs(io, directory)
     check_dirs(directory.parent.parent, directory.parent, directory)  # home, sessions/, the session
     if os.path.lexists(path):
-        raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
+        raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
     temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
     io.create_step("open-temp", directory)
     # O_APPEND: the store writes every later batch through this descriptor (`FileIO.attach`).
@@ -383,7 +383,7 @@ def _link(io: StoreIO, path: Path, temp: Path, session_id: str) -> None:
     try:
         os.link(temp, path, follow_symlinks=False)
     except FileExistsError as exc:
-        raise SessionError("SESSION_EXISTS", f"session {session_id} already exists") from exc
+        raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id)) from exc
     except FileNotFoundError as exc:  # a prune removed the temp file before we locked it
         raise _Vanished() from exc
     try:

@@ -20,6 +20,7 @@ from loader.errors import SessionError
 from loader.ids import is_valid_session_id
 from loader.session.shapes import data_problem
 from loader.session.turn_end import TURN_END_KINDS
+from loader.texts import render
 
 __all__ = [
     "EVENT_TYPES",
@@ -153,7 +154,7 @@ def encode_line(event: dict[str, Any]) -> bytes:
     except UnicodeEncodeError:
         return json.dumps(event, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
     except (TypeError, ValueError) as exc:
-        raise SessionError("INVALID_EVENT", f"event is not JSON: {exc}") from exc
+        raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
 
 
 def validate_log(events: list[Event]) -> None:
@@ -165,7 +166,7 @@ def validate_log(events: list[Event]) -> None:
     step_calls: set[str] = set()  # callIds with a tool/call in the open step
 
     def fail(what: str, index: int) -> None:
-        raise SessionError("INVALID_LOG", f"{what} at seq {index}")
+        raise SessionError("INVALID_LOG", render("R-LOG-INVALID", what=what, seq=index))
 
     for index, event in enumerate(events):
         problem = envelope_problem(event)

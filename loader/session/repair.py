@@ -110,10 +110,8 @@ def read_raw(path: Path) -> bytes:
         fd = open_regular(path, os.O_RDONLY)  # no symlink, no FIFO, no device (issue 15 items 1, 4)
     except FileNotFoundError as exc:
         if path.parent.is_dir():
-            raise SessionError(
-                "SESSION_UNMATERIALIZED", f"{path.parent} holds no session file: it was never materialized"
-            ) from exc
-        raise SessionError("SESSION_NOT_FOUND", f"no session file at {path}") from exc
+            raise SessionError("SESSION_UNMATERIALIZED", render("R-LOG-NO-FILE-IN-DIR", directory=path.parent)) from exc
+        raise SessionError("SESSION_NOT_FOUND", render("R-LOG-NO-FILE", path=path)) from exc
     with os.fdopen(fd, "rb") as f:
         return f.read()
 
@@ -121,23 +119,21 @@ def read_raw(path: Path) -> bytes:
 def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
     """The pure half of `read`: split `raw` into header, good prefix and issue."""
     if not raw:
-        raise SessionError("SESSION_UNMATERIALIZED", f"{source} is empty: it was never materialized")
+        raise SessionError("SESSION_UNMATERIALIZED", render("R-LOG-EMPTY", source=source))
     end = raw.find(b"\n")
     header_line = raw if end < 0 else raw[:end]
     ok, header = _try_loads(header_line)
     if not ok or not isinstance(header, dict):
-        raise SessionError("SESSION_CORRUPT", f"{source}: missing or malformed header")
+        raise SessionError("SESSION_CORRUPT", render("R-LOG-NO-HEADER", source=source))
     # NEWER_FORMAT is decided before any other check (§5.1): a newer writer may change everything else.
     version = header.get("version")
     if type(version) is int and version > FORMAT_VERSION:
-        raise SessionError(
-            "NEWER_FORMAT", f"{source}: format version {version} is newer than {FORMAT_VERSION}"
-        )
+        raise SessionError("NEWER_FORMAT", render("R-LOG-NEWER", source=source, version=version, ours=FORMAT_VERSION))
     problem = header_problem(header)
     if problem is not None:
-        raise SessionError("SESSION_CORRUPT", f"{source}: {problem}")
+        raise SessionError("SESSION_CORRUPT", render("R-LOG-HEADER-PROBLEM", source=source, problem=problem))
     if end < 0:
-        raise SessionError("SESSION_CORRUPT", f"{source}: header line is not terminated")
+        raise SessionError("SESSION_CORRUPT", render("R-LOG-HEADER-UNTERMINATED", source=source))
 
     events: list[Event] = []
     offset = end + 1
@@ -155,7 +151,7 @@ def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
         shape = data_problem(event["type"], event["data"]) if event["type"] in EVENT_TYPES else None
         if shape is not None:
             line_no = len(events) + 2  # the header is line 1
-            raise SessionError("SESSION_CORRUPT", f"{source}:{line_no}: {shape} (seq {event['seq']})")
+            raise SessionError("SESSION_CORRUPT", render("R-LOG-BAD-SHAPE", source=source, line=line_no, shape=shape, seq=event["seq"]))
         events.append(event)
         offset = nl + 1
 
@@ -168,10 +164,7 @@ def parse(raw: bytes, *, source: str = "<bytes>") -> ReadResult:
         for later in raw[first_nl + 1 :].split(b"\n"):
             ok, value = _try_loads(later)
             if ok and isinstance(value, dict) and value.get("type") == "turn/end":
-                raise SessionError(
-                    "SESSION_CORRUPT",
-                    f"{source}: damaged line at byte {bad_at} precedes a committed turn/end",
-                )
+                raise SessionError("SESSION_CORRUPT", render("R-LOG-DAMAGE-BEFORE-END", source=source, at=bad_at))
     logger.info("%s: bad tail at byte %d after seq %d", source, bad_at, len(events) - 1)
     return ReadResult(header, events, {"truncateTo": bad_at})
 
@@ -307,7 +300,7 @@ def apply_splice(lists: dict[str, list[dict[str, Any]]], event: Event) -> list[d
         or start + removed > len(items)
         or (not removed and start != len(items) and inserted and data.get("outcome") != REQUEUED)
     ):
-        raise SessionError("SESSION_CORRUPT", f"invalid inbox splice at seq {event['seq']}")
+        raise SessionError("SESSION_CORRUPT", render("R-INBOX-SPLICE", seq=event["seq"]))
     taken = items[start : start + removed]
     items[start : start + removed] = inserted
     return taken
@@ -325,10 +318,10 @@ def replay_inbox(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
 def check_resumable(session_id: str, result: ReadResult) -> list[Event]:
     """The refusals of `store.load` after `read` (§5.6); returns the closers of an interrupted turn."""
     if result.header["id"] != session_id:
-        raise SessionError("SESSION_CORRUPT", f"header id {result.header['id']} is not {session_id}")
+        raise SessionError("SESSION_CORRUPT", render("R-LOG-HEADER-ID", found=result.header["id"], expected=session_id))
     for event in result.events:
         if event["type"] not in EVENT_TYPES and not event.get("ignorable"):
-            raise SessionError("UNKNOWN_EVENT", f"unknown event type {event['type']} at seq {event['seq']}")
+            raise SessionError("UNKNOWN_EVENT", render("R-LOG-UNKNOWN-EVENT", type=event["type"], seq=event["seq"]))
     closers = interrupted_turn_closers(result.events)
     validate_log(result.events + closers)
     return closers

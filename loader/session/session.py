@@ -24,6 +24,7 @@ from typing import Any
 
 from loader.errors import ReentrantAppend, SessionError
 from loader.session.envelope import EVENT_TYPES, Event, encode_line
+from loader.texts import render
 
 __all__ = ["LineSink", "Observer", "Session", "Sink"]
 
@@ -47,14 +48,14 @@ _decode = json.JSONDecoder().decode
 def _snapshot(data: Any) -> tuple[dict[str, Any], str]:
     """The data's JSON text (the form `encode_line` writes) and a deep copy decoded from it."""
     if not isinstance(data, dict):
-        raise SessionError("INVALID_EVENT", f"event data is not an object: {type(data).__name__}")
+        raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-OBJECT", kind=type(data).__name__))
     try:
         text = _encode(data)
     except (TypeError, ValueError) as exc:
-        raise SessionError("INVALID_EVENT", f"event data is not JSON: {exc}") from exc
+        raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
     copied = _decode(text)
     if not isinstance(copied, dict):  # pragma: no cover - a dict always round-trips to a dict
-        raise SessionError("INVALID_EVENT", "event data is not an object")
+        raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-OBJECT", kind=type(copied).__name__))
     return copied, text
 
 
@@ -100,14 +101,14 @@ class Session:
     def append(self, type: str, data: Mapping[str, Any], *, ignorable: bool = False) -> Event:
         """Append one event and publish it; a plain `def` so the whole append is one sync span."""
         if self.closed:
-            raise SessionError("SESSION_CLOSED", f"session {self.id} is closed")
+            raise SessionError("SESSION_CLOSED", render("R-SESSION-CLOSED", id=self.id))
         if self._publishing:
             raise ReentrantAppend(self.id)
         if not isinstance(type, str) or not type:
-            raise SessionError("INVALID_EVENT", f"event type {type!r} is not a non-empty string")
+            raise SessionError("INVALID_EVENT", render("R-EVENT-BAD-TYPE", type=type))
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
-            raise SessionError("INVALID_EVENT", f"unknown event type {type}")
+            raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
         copied, text = _snapshot(data)
         event: Event = {"type": type, "seq": len(self.events), "time": self._clock(), "data": copied}
         if ignorable:

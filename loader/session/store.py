@@ -71,6 +71,7 @@ from loader.session._fileio import (
 from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
 from loader.session.session import Session
+from loader.texts import render
 
 __all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch"]
 
@@ -188,7 +189,7 @@ class SessionStore:
     def read(self, session_id: str) -> ReadResult:
         """Read-only view (§5.6); blocking, so async callers wrap it in `asyncio.to_thread`."""
         if not is_valid_session_id(session_id):
-            raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
+            raise SessionError("SESSION_NOT_FOUND", render("R-SESSION-NOT-AN-ID", id=session_id))
         return read(self.path(session_id))
 
     # -- create --------------------------------------------------------------------------------
@@ -198,14 +199,14 @@ class SessionStore:
         appears complete or not at all, and the session is returned only once it is locked."""
         session_id = header.get("id")
         if not isinstance(session_id, str) or not is_valid_session_id(session_id):
-            raise SessionError("INVALID_SESSION_ID", f"{session_id!r} is not a session id")
+            raise SessionError("INVALID_SESSION_ID", render("R-SESSION-NOT-AN-ID", id=session_id))
         problem = header_problem(header)
         if problem is None and header["version"] != FORMAT_VERSION:
-            problem = f"header version {header['version']} is not {FORMAT_VERSION}"
+            problem = render("R-SESSION-HEADER-VERSION", version=header["version"], expected=FORMAT_VERSION)
         if problem is not None:
             raise SessionError("INVALID_HEADER", problem)
         if session_id in self._live:
-            raise SessionError("SESSION_EXISTS", f"session {session_id} already exists")
+            raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
         header = json.loads(json.dumps(header, allow_nan=False))
         line = encode_line(header)
         path = self.path(session_id)
@@ -330,7 +331,7 @@ class SessionStore:
                     return
                 error = await asyncio.shield(self._start_write(live))
                 if error is not None:
-                    message = f"checkpoint of session {live.session.id} failed: {error}"
+                    message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
                     raise CheckpointError(message) from error
         finally:
             live.barrier = None
@@ -375,16 +376,16 @@ class SessionStore:
     async def load(self, session_id: str) -> Session:
         """Cold resume (§5.6): read, check, lock, repair the tail, return a live session."""
         if session_id in self._live:
-            raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
+            raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-HERE", id=session_id))
         if not is_valid_session_id(session_id):
-            raise SessionError("SESSION_NOT_FOUND", f"{session_id!r} is not a session id")
+            raise SessionError("SESSION_NOT_FOUND", render("R-SESSION-NOT-AN-ID", id=session_id))
         path = self.path(session_id)
         result, closers, fd, size = await _locking_call(
             lambda r: r[2], self._load_file, session_id, path, inline=self.inline_io
         )
         if session_id in self._live:  # a concurrent create/load in this store won the race
             os.close(fd)
-            raise SessionError("SESSION_BUSY", f"session {session_id} is already live in this run")
+            raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-HERE", id=session_id))
         return self._publish(result.header, result.events + closers, path, fd, size)
 
     def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
@@ -413,7 +414,7 @@ class SessionStore:
                     data = b"".join(encode_line(event) for event in closers)
                     size = append_batch(self.io, path, data, self.fsync, size)
             except OSError as exc:
-                raise CheckpointError(f"repair of session {session_id} failed: {exc}") from exc
+                raise CheckpointError(render("R-SESSION-REPAIR", id=session_id, error=exc)) from exc
         except BaseException:
             os.close(fd)
             raise
