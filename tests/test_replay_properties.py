@@ -9,8 +9,9 @@ any schedule can use, so a run ends with a deterministic `REPLAY_UNCONSUMED` rat
 exhausted script. What is checked is only the promise: ten replays of the example give one flow,
 byte for byte (`check_repeats` raises `FlowsDiffer` with the diff otherwise).
 
-Examples are derandomized, so CI sees the same 100 trees every time; each example runs ten times in
-one event loop (the per-run loop is what `tests/test_determinism.py` varies).
+The 100 examples are four shards of 25, each under its own fixed seed, so CI sees the same 100 trees
+every time and `pytest -n 2` can run the shards side by side; each example runs ten times in one
+event loop (the per-run loop is what `tests/test_determinism.py` varies).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from loader.testing import TranscriptViolation, arun_flows, check_repeats, plan_flow
@@ -80,9 +81,11 @@ def trees(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(trees())
-def test_a_random_tree_replays_to_one_flow_ten_times(doc: dict[str, Any]) -> None:
+SHARDS = 4
+EXAMPLES_PER_SHARD = 25  # 100 in all: issue 10 item 7 asks for at least 100 examples in CI
+
+
+def replays_to_one_flow(doc: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="dsh-prop-") as tmp:
         path = Path(tmp) / "random-tree.yaml"
         path.write_text(json.dumps(doc))  # JSON is YAML
@@ -93,3 +96,23 @@ def test_a_random_tree_replays_to_one_flow_ten_times(doc: dict[str, Any]) -> Non
     except TranscriptViolation as exc:  # all ten agree on a violation (a spare reply): one flow
         flow = exc.flow
     assert flow["sessions"][0]["turns"], "the root ran"
+
+
+def _shard(number: int) -> Any:
+    """One shard: its own fixed seed (so the shards draw different trees, each the same every run)
+    and no example database (so nothing a previous run stored changes what this one draws)."""
+
+    @seed(0x5EED + number)
+    @settings(max_examples=EXAMPLES_PER_SHARD, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(trees())
+    def test(doc: dict[str, Any]) -> None:
+        replays_to_one_flow(doc)
+
+    test.__name__ = test.__qualname__ = f"test_a_random_tree_replays_to_one_flow_ten_times_shard_{number}"
+    return test
+
+
+for _number in range(SHARDS):
+    _test = _shard(_number)
+    globals()[_test.__name__] = _test
