@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from loader.session import SessionStore, make_header
-from loader.session.envelope import encode_line
+from dsh.loader.session import SessionStore, make_header
+from dsh.loader.session.envelope import encode_line
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli import config_cmd, control, fastpath, flow, run, sessions
+from dsh.cli import config_cmd, control, fastpath, flow, run, sessions
 
 app = typer.Typer(
     name="dsh",

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_writable_home, say, warn
-from cli.flags import (
+from dsh.cli.common import fail, resolve_writable_home, say, warn
+from dsh.cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
     MaxRequestsOption,
@@ -51,11 +51,11 @@ def run(
     import asyncio
     import signal
 
-    from loader.config import compose
-    from loader.errors import ConfigError, DshError
-    from loader.headless import RunRequest, RunSinks, run_tree
-    from loader.texts import TEXTS
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.errors import ConfigError, DshError
+    from dsh.loader.headless import RunRequest, RunSinks, run_tree
+    from dsh.loader.texts import TEXTS
+    from dsh.loader.transcripts import load_transcript
 
     if task == "-":
         task = _task_from_stdin()
@@ -71,7 +71,7 @@ def run(
     try:
         script = load_transcript(transcript) if transcript is not None else None
         if script is not None:
-            from loader.tools import lint_transcript
+            from dsh.loader.tools import lint_transcript
 
             lint_transcript(script)
         if script is not None and task is not None:
@@ -88,7 +88,7 @@ def run(
     if resume == "last":
         resume = _newest_root(run_home)
     if script is not None and script.spec.fences and not composed.fences_allowed:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         fail(render("T-CLI-FENCES", file=script.path), 2)
 
@@ -106,7 +106,7 @@ def run(
 
     sinks = RunSinks(on_warning=warn)
     if json_output:
-        from loader.ndjson import RecordStream
+        from dsh.loader.ndjson import RecordStream
 
         sinks.records = RecordStream(emit)
     if sys.stderr.isatty():
@@ -135,7 +135,7 @@ def run(
         )
         return await run_tree(request)
 
-    from cli.fastpath import started
+    from dsh.cli.fastpath import started
 
     started()  # the runtime is imported: freeze it and collect garbage again from here on
     try:
@@ -156,13 +156,13 @@ def run(
     if output_last_message is not None and not _write_last_message(output_last_message, result.output):
         exit_code = exit_code or 1  # the answer a pipeline asked for is missing: not a success
     if result.released:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         warn(render("T-CLI-RELEASED", ids=", ".join(result.released)))
     for v in result.violations:
         warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
     if result.stop_reason == "error" and result.error:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
@@ -170,8 +170,8 @@ def run(
 
 def _profile_label(path: Path) -> str:
     """A shipped profile by its name (`default`), any other by the path it was given as."""
-    from loader.errors import DshError
-    from loader.shipped import shipped_dir
+    from dsh.loader.errors import DshError
+    from dsh.loader.shipped import shipped_dir
 
     try:
         shipped = path.resolve().parent == shipped_dir("profiles").resolve()
@@ -190,7 +190,7 @@ def _task_from_stdin() -> str:
 
 def _newest_root(home: Path) -> str:
     """`--resume last`: the root session (no parent) created last in `home`; ties by id."""
-    from cli.sessions import _headers
+    from dsh.cli.sessions import _headers
 
     roots = [(h.get("createdAt") or 0, sid) for sid, h in _headers(home).items() if not h.get("parentSession")]
     if not roots:

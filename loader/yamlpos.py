@@ -49,7 +49,7 @@ from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.tag import Tag
 
-from loader.inputfile import InputRefused, read_input
+from dsh.loader.inputfile import InputRefused, read_input
 
 __all__ = [
     "MAX_DEPTH",

@@ -8,12 +8,14 @@
 #   scripts/mutate.sh            # fresh run, summary at the end
 #   MUTATE_JOBS=4 scripts/mutate.sh
 #   MUTATE_KEEP=1 scripts/mutate.sh   # reuse mutants/ (mutmut re-checks only what changed)
-#   scripts/mutate.sh 'loader.subagents.teardown*'   # only mutants whose names match (fnmatch)
+#   scripts/mutate.sh 'dsh.loader.subagents.teardown*'   # only mutants whose names match (fnmatch)
+#   scripts/mutate.sh --quick    # CI-sized: the mutants of fold.py, interrupt.py and report.py
 #
 # Exit status: 0 when the run completed (survivors are reported, not fatal), 2 when the tools are
 # missing, mutmut's own status otherwise.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
 
 if ! python -c "import mutmut, pytest_timeout" 2>/dev/null; then
     echo "mutate.sh: mutmut and pytest-timeout are not installed; run: pip install -e '.[test,mutation]'" >&2
@@ -21,9 +23,28 @@ if ! python -c "import mutmut, pytest_timeout" 2>/dev/null; then
 fi
 
 jobs="${MUTATE_JOBS:-$(nproc)}"
-if [ "${MUTATE_KEEP:-0}" != 1 ]; then
-    rm -rf mutants
+if [ "${1:-}" = --quick ]; then
+    shift
+    set -- 'dsh.loader.agent.fold*' 'dsh.loader.subagents.interrupt*' 'dsh.loader.subagents.report*' "$@"
 fi
+# mutmut names a mutant after its file's path and matches it against the module the tests import.
+# The folders install as dsh.loader and dsh.cli, so mutmut works in a staging copy (.mutation/,
+# git-ignored) where they sit at dsh/loader and dsh/cli; the tests there import the mutated copy,
+# which shadows the editable install (mutmut puts its mutants/ first on sys.path).
+stage="$repo/.mutation"
+if [ "${MUTATE_KEEP:-0}" != 1 ]; then
+    rm -rf "$stage"
+fi
+mkdir -p "$stage/dsh"
+rm -rf "$stage/dsh/loader" "$stage/dsh/cli" "$stage/tests"
+cp -Rp loader "$stage/dsh/loader"
+cp -Rp cli "$stage/dsh/cli"
+cp -Rp tests profiles overlays transcripts README.md pyproject.toml "$stage/"
+cd "$stage"
+# Tests that read source files by path (the layer and one-writer checks) look for loader/ and cli/.
+mkdir -p mutants
+ln -sfn dsh/loader mutants/loader
+ln -sfn dsh/cli mutants/cli
 log="$(mktemp -t dsh-mutate.XXXXXX.log)"
 start=$(date +%s)
 echo "mutate.sh: mutmut run --max-children $jobs $* (progress in $log)"

@@ -54,15 +54,18 @@ def unit_of_path(path: Path, root: Path = ROOT) -> str:
 
 def unit_of_module(name: str) -> str | None:
     parts = name.split(".")
-    if parts[0] == "cli":
+    if parts[0] != "dsh":
+        return None  # stdlib or third party (dsh installs no top-level cli or loader)
+    parts = parts[1:]
+    if parts[:1] == ["cli"]:
         return "cli"
-    if parts[0] == "loader" and len(parts) > 1:
+    if parts[:1] == ["loader"] and len(parts) > 1:
         return parts[1]
-    return None  # stdlib or third party
+    return None
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, imported module) for every absolute import of a `loader`/`cli` module in `path`."""
+    """(line, imported module) for every absolute import in `path` (dsh's own are `dsh.loader.*`, `dsh.cli.*`)."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -102,16 +105,16 @@ def test_every_import_in_loader_and_cli_points_down_the_layers():
 def test_host_reaches_tree_directly_not_through_headless():
     """The circle this file was written for: host → headless → host."""
     host = [p for p in sources() if unit_of_path(p) == "host"]
-    assert [m for p in host for _, m in imports_of(p) if m.startswith("loader.headless")] == []
+    assert [m for p in host for _, m in imports_of(p) if m.startswith("dsh.loader.headless")] == []
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        pytest.param("from loader.headless import Tree\n", id="module-level"),
-        pytest.param("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loader.headless import Tree\n",
+        pytest.param("from dsh.loader.headless import Tree\n", id="module-level"),
+        pytest.param("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dsh.loader.headless import Tree\n",
                      id="type-only"),
-        pytest.param("def f():\n    import loader.fences\n", id="lazy-same-rank"),
+        pytest.param("def f():\n    import dsh.loader.fences\n", id="lazy-same-rank"),
     ],
 )
 def test_the_walk_flags_an_upward_import(tmp_path, source):
@@ -126,7 +129,7 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter
 # each, so a cycle that a warm `sys.modules` would hide fails as an ImportError here.
 # The AST walk above covers the rest; these are the ends the agent/loop and host/headless circles had.
-FIRST_IMPORTS = ["loader.agent.loop", "loader.agent.phase", "loader.host.server", "loader.models.function"]
+FIRST_IMPORTS = ["dsh.loader.agent.loop", "dsh.loader.agent.phase", "dsh.loader.host.server", "dsh.loader.models.function"]
 
 
 def test_each_module_imports_first_in_a_fresh_interpreter():

@@ -10,7 +10,7 @@ import string
 
 import pytest
 
-from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 # §12.3 tool descriptions
 SPEC_TOOL_DESCRIPTIONS = {
@@ -289,7 +289,7 @@ PINNED_RUNTIME_TEXTS = {
 
 
 def test_the_runtime_texts_are_pinned_byte_for_byte() -> None:
-    from loader.texts import RUNTIME_TEXTS
+    from dsh.loader.texts import RUNTIME_TEXTS
 
     assert RUNTIME_TEXTS == PINNED_RUNTIME_TEXTS
 

@@ -38,10 +38,10 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar
 
-from loader.errors import SessionError
-from loader.homedir import unsafe_dir_problem
-from loader.session._syncgroup import SyncGroup, sync_targets
-from loader.texts import render
+from dsh.loader.errors import SessionError
+from dsh.loader.homedir import unsafe_dir_problem
+from dsh.loader.session._syncgroup import SyncGroup, sync_targets
+from dsh.loader.texts import render
 
 __all__ = [
     "CREATE_STEPS",

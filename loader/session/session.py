@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loader.errors import ReentrantAppend, SessionError
-from loader.session.envelope import EVENT_TYPES, Event, encode_line
-from loader.texts import render
+from dsh.loader.errors import ReentrantAppend, SessionError
+from dsh.loader.session.envelope import EVENT_TYPES, Event, encode_line
+from dsh.loader.texts import render
 
 __all__ = ["LineSink", "Observer", "Session", "Sink"]
 

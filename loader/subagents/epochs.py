@@ -20,7 +20,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from loader.session import Event, Session
+from dsh.loader.session import Event, Session
 
 __all__ = [
     "CONTINUE_FORM",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loader.agent import run_outcome
+from dsh.loader.agent import run_outcome
 
 
 def event(type: str, seq: int, **data: Any) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import CheckpointError
-from loader.session import FileIO, SessionStore, make_header, read
-from loader.session._syncgroup import SYNCFS_MIN_TARGETS, sync_targets
+from dsh.loader.errors import CheckpointError
+from dsh.loader.session import FileIO, SessionStore, make_header, read
+from dsh.loader.session._syncgroup import SYNCFS_MIN_TARGETS, sync_targets
 
 
 class RecordingIO(FileIO):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import ConfigError, TranscriptError
-from loader.transcripts import Transcript, load_transcript
+from dsh.loader.errors import ConfigError, TranscriptError
+from dsh.loader.transcripts import Transcript, load_transcript
 
 
 def write(tmp_path: Path, text: str) -> tuple[Path, str]:
@@ -337,7 +337,7 @@ def test_a_json_transcript_with_a_bad_key_is_reported_at_the_key(tmp_path: Path)
 def test_a_valid_json_transcript_loads_to_the_same_spec_as_its_yaml_twin(tmp_path: Path) -> None:
     import json
 
-    from loader.yamlpos import load_yaml_with_marks, plain
+    from dsh.loader.yamlpos import load_yaml_with_marks, plain
 
     yaml_path, _ = write(tmp_path, VALID)
     json_path = tmp_path / "twin.yaml"
