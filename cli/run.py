@@ -31,6 +31,7 @@ def run(
     max_children: Annotated[Optional[int], typer.Option("--max-children", min=0, help="Children spawned per run (default limits.maxChildren, 200).")] = None,
     max_requests: Annotated[Optional[int], typer.Option("--max-requests", min=1, help="Model requests per run (default limits.maxRequests, 2000).")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Tokens per run, input + output (default limits.maxTokens, 2000000).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each model request and reply to stderr (as DSH_LOG=debug); never the API key.")] = False,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -110,8 +111,12 @@ def run(
         )
         return await run_tree(request)
 
+    from cli.logsetup import log_level, log_to_stderr
+
+    key_env = config.model.api_key_env
     try:
-        result = asyncio.run(main())
+        with log_to_stderr(log_level(verbose, os.environ), [os.environ.get(key_env, "")] if key_env else []):
+            result = asyncio.run(main())
     except ConfigError as exc:
         fail(exc.message, 2)
     except DshError as exc:  # an unsafe home or session file is the user's to fix: exit 2 (issue 15)

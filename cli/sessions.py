@@ -181,6 +181,15 @@ def _summary(event: dict[str, Any]) -> str:
                 + (f" {data['outcome']}" if data.get("outcome") else ""))
     if kind == "subagent/descriptor":
         return f"{data.get('mode')} label={data.get('label')!r}"
+    if kind == "llm/request":
+        return (f"turn={data.get('turn')} step={data.get('step')} model={data.get('model')} "
+                f"messages={data.get('messageCount')} system={data.get('systemHash')} "
+                f"tools={','.join(map(str, data.get('toolNames') or [])) or '-'}")
+    if kind == "llm/system":
+        return f"{data.get('hash')} {len(str(data.get('text', '')))} chars"
+    if kind == "llm/tools":
+        return f"{data.get('hash')} " + (",".join(str(t.get("name")) for t in data.get("tools") or []
+                                                  if isinstance(t, dict)) or "-")
     return _clip(json.dumps(data, separators=(",", ":")))
 
 
@@ -194,11 +203,21 @@ def show(
     session_id: Annotated[str, typer.Argument(metavar="ID")],
     home: HomeOption = None,
     json_output: JsonOption = False,
+    requests: Annotated[bool, typer.Option(
+        "--requests", help="What the model saw: each request's model, message count, system prompt and tools.")] = False,
 ) -> None:
     """Events of one session (`seq type summary`, or raw JSONL); torn or corrupt state is reported."""
     root_dir = resolve_home(home)
     result = _read(root_dir, session_id)
-    if json_output:
+    if requests:
+        from cli.session_requests import request_rows, show_requests
+        from loader.texts import render
+
+        rows = request_rows(result.events)
+        if not rows:
+            warn(render("T-CLI-NO-REQUESTS", id=session_id))
+        show_requests(rows, json_output=json_output)
+    elif json_output:
         say(json.dumps(result.header, separators=(",", ":")))
         for event in result.events:
             say(json.dumps(event, separators=(",", ":")))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from loader.session._fileio import open_regular
 from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
 from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
+from loader.session.requests import LoggedRequest, RequestLog, logged_requests
 from loader.session.session import Session
 from loader.session.store import FileIO, SessionStore, StoreIO
 from loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
@@ -24,8 +25,10 @@ __all__ = [
     "REQUEUED",
     "Event",
     "FileIO",
+    "LoggedRequest",
     "PruneOutcome",
     "ReadResult",
+    "RequestLog",
     "Session",
     "SessionStore",
     "StoreIO",
@@ -33,6 +36,7 @@ __all__ = [
     "TurnEndKind",
     "interrupted_turn_closers",
     "is_unmaterialized",
+    "logged_requests",
     "make_header",
     "open_regular",
     "prune_unmaterialized",
