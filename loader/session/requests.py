@@ -79,7 +79,8 @@ class RequestLog:
         A plain `def`: the appends are one sync span, so no other append lands between a
         definition and the request that names it."""
         events = self._session.events
-        for event in events[self._scanned:]:
+        for index in range(self._scanned, len(events)):  # by index: no copy of the log's tail
+            event = events[index]
             kind = _DEFINES.get(event["type"])
             if kind is not None and isinstance(event["data"].get("hash"), str):
                 self._known.add((kind[0], event["data"]["hash"]))
