@@ -31,7 +31,7 @@ SURFACES = {
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "LoggedRequest", "PruneOutcome", "REQUEUED", "ReadResult",
         "RequestLog", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
-        "logged_requests", "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        "logged_requests", "make_header", "open_regular", "prune_tree", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ],
     "loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from loader.session._fileio import open_regular
 from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
 from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
+from loader.session.prune import prune_tree
 from loader.session.requests import LoggedRequest, RequestLog, logged_requests
 from loader.session.session import Session
 from loader.session.store import FileIO, SessionStore, StoreIO
@@ -39,6 +40,7 @@ __all__ = [
     "logged_requests",
     "make_header",
     "open_regular",
+    "prune_tree",
     "prune_unmaterialized",
     "read",
     "replay_inbox",

@@ -28,7 +28,7 @@ def test_package_exports_exactly_the_public_api() -> None:
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "LoggedRequest", "PruneOutcome", "REQUEUED", "ReadResult",
         "RequestLog", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
-        "logged_requests", "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        "logged_requests", "make_header", "open_regular", "prune_tree", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ]
     for name in loader.session.__all__:
         assert hasattr(loader.session, name)
