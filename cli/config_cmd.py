@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import fail, say
+from dsh.cli.common import fail, say
 
 # Issue 16 item 6: the variables dsh reads, where a user looks first. (README "Environment".)
 ENVIRONMENT_HELP = (
@@ -31,9 +31,9 @@ def show(
     json_output: Annotated[bool, typer.Option("--json", help="Values and provenance as JSON.")] = False,
 ) -> None:
     """Print the configuration a run would use, and where each value came from."""
-    from loader.config import compose
-    from loader.errors import DshError
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.errors import DshError
+    from dsh.loader.transcripts import load_transcript
 
     try:
         script = load_transcript(transcript) if transcript is not None else None

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_home, say
+from dsh.cli.common import fail, resolve_home, say
 
 HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
 AddressArgument = Annotated[str, typer.Argument(help="<parentSessionId>/<childSessionId>")]
@@ -21,9 +21,9 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
 
     Exit codes (§19): 2 for a bad address, an unknown child or one the saved headers do not place
     under that parent; 1 for refusals and RPC failures."""
-    from loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
-    from loader.host.protocol import RpcError
-    from loader.texts import render
+    from dsh.loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
+    from dsh.loader.host.protocol import RpcError
+    from dsh.loader.texts import render
 
     root_dir = resolve_home(home)
     try:
@@ -45,7 +45,7 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
 
 def interrupt(address: AddressArgument, home: HomeOption = None) -> None:
     """Stop a background subagent's current turn; its queued messages are kept."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     child, result = _call(address, home, "subagent.interrupt", {})
     # No live run: nothing is running there to stop, which is an accepted no-op (exit 0).
@@ -58,7 +58,7 @@ def send(
     home: HomeOption = None,
 ) -> None:
     """Queue a follow-up for a background subagent of a live run; prints the message id."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     child, result = _call(address, home, "subagent.prompt", {"message": message})
     if result is None:

@@ -19,7 +19,7 @@ from typing import Annotated, TextIO
 
 import typer
 
-from cli import config_cmd, control, flow, run, sessions
+from dsh.cli import config_cmd, control, flow, run, sessions
 
 app = typer.Typer(
     name="dsh",

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_writable_home, say, warn
+from dsh.cli.common import fail, resolve_writable_home, say, warn
 
 
 def run(
@@ -37,11 +37,11 @@ def run(
     import asyncio
     import signal
 
-    from loader.config import compose
-    from loader.errors import ConfigError, DshError
-    from loader.headless import RunRequest, RunSinks, run_tree
-    from loader.texts import TEXTS
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.errors import ConfigError, DshError
+    from dsh.loader.headless import RunRequest, RunSinks, run_tree
+    from dsh.loader.texts import TEXTS
+    from dsh.loader.transcripts import load_transcript
 
     if task is None and transcript is None and resume is None:
         fail("give a TASK or --transcript NAME", 2)
@@ -52,7 +52,7 @@ def run(
     try:
         script = load_transcript(transcript) if transcript is not None else None
         if script is not None:
-            from loader.tools import lint_transcript
+            from dsh.loader.tools import lint_transcript
 
             lint_transcript(script)
         if script is not None and task is not None:
@@ -66,7 +66,7 @@ def run(
     if overrides:  # the command line outranks every config layer (issue 15 finding 9)
         config = config.model_copy(update={"limits": config.limits.model_copy(update=overrides)})
     if script is not None and script.spec.fences and not composed.fences_allowed:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         fail(render("T-CLI-FENCES", file=script.path), 2)
 
@@ -111,7 +111,7 @@ def run(
         )
         return await run_tree(request)
 
-    from cli.logsetup import log_level, log_to_stderr
+    from dsh.cli.logsetup import log_level, log_to_stderr
 
     key_env = config.model.api_key_env
     try:
@@ -133,7 +133,7 @@ def run(
     for v in result.violations:
         warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
     if result.stop_reason == "error" and result.error:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cli.common import say
-from cli.session_rows import Liveness, read_headers, session_row, unreadable_row
+from dsh.cli.common import say
+from dsh.cli.session_rows import Liveness, read_headers, session_row, unreadable_row
 
 __all__ = ["list_rows", "print_rows", "print_tree", "tree_rows"]
 
@@ -23,8 +23,8 @@ _COLUMNS = (("ID", "id"), ("CREATED", "createdAt"), ("STATE", "state"), ("LAST S
 
 
 def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
-    from loader.errors import DshError
-    from loader.session import read, unmaterialized_ids
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import read, unmaterialized_ids
 
     headers = read_headers(home)
     liveness = Liveness(home)
@@ -50,8 +50,8 @@ def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, 
 
 def tree_rows(home: Path, session_id: str) -> list[dict[str, Any]]:
     """`session_id` and its descendants in preorder, children oldest first; a cycle is walked once."""
-    from loader.errors import DshError
-    from loader.session import read
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import read
 
     headers = read_headers(home)
     liveness = Liveness(home)

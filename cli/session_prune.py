@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.common import fail, say, warn
+from dsh.cli.common import fail, say, warn
 
 __all__ = ["parse_age", "prune_older_than", "report"]
 
@@ -24,7 +24,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 def parse_age(value: str) -> int:
     """Seconds in `value` (`7d`), or exit 2 naming the accepted forms."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     match = _AGE.fullmatch(value.strip())
     if match is None:
@@ -34,8 +34,8 @@ def parse_age(value: str) -> int:
 
 def prune_older_than(home: Path, age: str, *, dry_run: bool, now_ms: int | None = None) -> list[Any]:
     """Outcomes for every tree older than `age`: removed, would-remove, or kept with a reason."""
-    from cli.session_listing import list_rows
-    from loader.session import PruneOutcome, prune_tree
+    from dsh.cli.session_listing import list_rows
+    from dsh.loader.session import PruneOutcome, prune_tree
 
     cutoff = (now_ms if now_ms is not None else time.time_ns() // 1_000_000) - parse_age(age) * 1000
     trees: dict[str, list[dict[str, Any]]] = {}
@@ -56,7 +56,7 @@ def prune_older_than(home: Path, age: str, *, dry_run: bool, now_ms: int | None 
 
 
 def report(outcomes: list[Any]) -> None:
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     for o in outcomes:
         if o.action == "removed":

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cli.common import say
+from dsh.cli.common import say
 
 __all__ = ["request_rows", "show_requests"]
 
 
 def request_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One JSON row per request; `system` / `tools` are null when the log lacks their value."""
-    from loader.session import logged_requests
+    from dsh.loader.session import logged_requests
 
     rows = []
     for req in logged_requests(events):

@@ -35,8 +35,8 @@ def read_headers(home: Path) -> dict[str, dict[str, Any]]:
     sessions = home / "sessions"
     if not sessions.is_dir():
         return headers
-    from loader.errors import DshError
-    from loader.session import open_regular
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import open_regular
 
     for path in sorted(sessions.glob("*/session.jsonl")):
         try:  # never a FIFO (it would hang) nor a symlink out of the home (issue 15 items 1, 4)
@@ -75,7 +75,7 @@ class Liveness:
 
     def status(self, root_id: str) -> dict[str, Any] | None:
         if root_id not in self._cache:
-            from loader.host.client import call_sync
+            from dsh.loader.host.client import call_sync
 
             try:
                 self._cache[root_id] = call_sync(self.home, root_id, "run.status", {}, timeout=2)
@@ -115,7 +115,7 @@ def session_row(
     sid: str, header: dict[str, Any], events: list[dict[str, Any]], headers: dict[str, dict[str, Any]],
     liveness: Liveness, *, depth: int | None = None,
 ) -> dict[str, Any]:
-    from loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
+    from dsh.loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
 
     parent = header.get("parentSession") if isinstance(header.get("parentSession"), str) else None
     descriptor = next((e["data"] for e in events if e["type"] == "subagent/descriptor"), None)

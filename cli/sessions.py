@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_home, say, warn
+from dsh.cli.common import fail, resolve_home, say, warn
 
 app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True)
 
@@ -26,10 +26,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 
 
 def _read(home: Path, session_id: str) -> Any:
-    from loader.errors import DshError
-    from loader.ids import check_session_id
-    from loader.session import read
-    from loader.texts import render
+    from dsh.loader.errors import DshError
+    from dsh.loader.ids import check_session_id
+    from dsh.loader.session import read
+    from dsh.loader.texts import render
 
     try:
         check_session_id(session_id)  # before the id becomes a path (issue 15 items 5, 6)
@@ -59,7 +59,7 @@ def list_sessions(
     """One row per session, oldest first, under a header: id, created, state, last stop reason,
     turns, label and task; then one `unmaterialized` row per directory a crash left before its
     header was published (not with --live or --roots). Row keys: cli/session_rows.py."""
-    from cli.session_listing import list_rows, print_rows
+    from dsh.cli.session_listing import list_rows, print_rows
 
     rows = list_rows(resolve_home(home), live_only=live_only, roots_only=roots_only, limit=limit)
     print_rows(rows, json_output=json_output)
@@ -121,8 +121,8 @@ def show(
     root_dir = resolve_home(home)
     result = _read(root_dir, session_id)
     if requests:
-        from cli.session_requests import request_rows, show_requests
-        from loader.texts import render
+        from dsh.cli.session_requests import request_rows, show_requests
+        from dsh.loader.texts import render
 
         rows = request_rows(result.events)
         if not rows:
@@ -147,7 +147,7 @@ def tree(
 ) -> None:
     """Descendants with label, mode, last stop reason, live state and each child's
     `<parent>/<child>` address (what `dsh interrupt` and `dsh send` take)."""
-    from cli.session_listing import print_tree, tree_rows
+    from dsh.cli.session_listing import print_tree, tree_rows
 
     root_dir = resolve_home(home)
     _read(root_dir, session_id)
@@ -165,9 +165,9 @@ def prune(
     home: HomeOption = None,
 ) -> None:
     """Remove old session trees and never-materialized directories; prints one line per directory."""
-    from cli.session_prune import parse_age, prune_older_than, report
-    from loader.session import prune_unmaterialized
-    from loader.texts import render
+    from dsh.cli.session_prune import parse_age, prune_older_than, report
+    from dsh.loader.session import prune_unmaterialized
+    from dsh.loader.texts import render
 
     if not unmaterialized and older_than is None:
         fail(render("T-CLI-PRUNE-NEEDS-KIND"), 2)

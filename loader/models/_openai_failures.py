@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 
 import httpx
 
-from loader.errors import ProviderCode, ProviderError
-from loader.texts import render
+from dsh.loader.errors import ProviderCode, ProviderError
+from dsh.loader.texts import render
 
 __all__ = ["Failure", "ReadGap", "gap_failure", "retry_after", "status_failure", "transport_failure"]
 

@@ -21,8 +21,8 @@ import logging
 import os
 from pathlib import Path
 
-from loader.session._fileio import SESSION_FILE, TEMP_PREFIX
-from loader.session.unmaterialized import Action, PruneOutcome
+from dsh.loader.session._fileio import SESSION_FILE, TEMP_PREFIX
+from dsh.loader.session.unmaterialized import Action, PruneOutcome
 
 __all__ = ["prune_tree"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loader.session.session import Session
+    from dsh.loader.session.session import Session
 
 __all__ = [
     "REQUEST_EVENT_TYPES",

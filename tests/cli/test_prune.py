@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cli_kit import hold_until_hang, spawn, transcript
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 DAY_MS = 86_400_000
 

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from cli_kit import log_events
 
-from cli.logsetup import log_to_stderr
-from loader.session import Session
-from loader.session.requests import system_hash, tools_hash
-from loader.texts import render
+from dsh.cli.logsetup import log_to_stderr
+from dsh.loader.session import Session
+from dsh.loader.session.requests import system_hash, tools_hash
+from dsh.loader.texts import render
 from tests.models._sse import SSE_HEADERS, delta, finish, sse
 
 LLM_TYPES = ("llm/system", "llm/tools", "llm/request")
@@ -132,12 +132,12 @@ def test_the_stderr_handler_blanks_a_secret_a_record_carries_and_is_removed_afte
     """The second line of defence: even a record that names the key prints `***`."""
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    log = logging.getLogger("loader.test_requests")
-    before = list(logging.getLogger("loader").handlers)
+    log = logging.getLogger("dsh.loader.test_requests")
+    before = list(logging.getLogger("dsh.loader").handlers)
 
     with log_to_stderr(logging.DEBUG, [SECRET]):
         log.debug("header was Bearer %s", SECRET)
     log.warning("after the block")
 
     assert err.getvalue() == "dsh: DEBUG loader.test_requests: header was Bearer ***\n"
-    assert logging.getLogger("loader").handlers == before
+    assert logging.getLogger("dsh.loader").handlers == before

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from loader.errors import SessionError
-from loader.session import RequestLog, Session, make_header, validate_log
-from loader.session.requests import system_hash, tools_hash
+from dsh.loader.errors import SessionError
+from dsh.loader.session import RequestLog, Session, make_header, validate_log
+from dsh.loader.session.requests import system_hash, tools_hash
 
 from .helpers import build_log
 
