@@ -46,6 +46,7 @@ def run(
     max_children: MaxChildrenOption = None,
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each model request and reply to stderr (as DSH_LOG=debug); never the API key.")] = False,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -138,8 +139,13 @@ def run(
     from dsh.cli.fastpath import started
 
     started()  # the runtime is imported: freeze it and collect garbage again from here on
+
+    from dsh.cli.logsetup import log_level, log_to_stderr
+
+    key_env = config.model.api_key_env
     try:
-        result = asyncio.run(main())
+        with log_to_stderr(log_level(verbose, os.environ), [os.environ.get(key_env, "")] if key_env else []):
+            result = asyncio.run(main())
     except ConfigError as exc:
         fail(exc.message, 2)
     except DshError as exc:  # an unsafe home or session file is the user's to fix: exit 2 (issue 15)
@@ -190,9 +196,11 @@ def _task_from_stdin() -> str:
 
 def _newest_root(home: Path) -> str:
     """`--resume last`: the root session (no parent) created last in `home`; ties by id."""
-    from dsh.cli.sessions import _headers
+    from dsh.cli.session_rows import read_headers
 
-    roots = [(h.get("createdAt") or 0, sid) for sid, h in _headers(home).items() if not h.get("parentSession")]
+    roots: list[tuple[int, str]] = [
+        (h.get("createdAt") or 0, sid) for sid, h in read_headers(home).items() if not h.get("parentSession")
+    ]
     if not roots:
         fail(f"--resume last: no root session under {home}/sessions", 2)
     return max(roots)[1]

@@ -3,7 +3,9 @@
 The views never repair or lock anything (§5.6 `read`); liveness is asked of the owning run's socket.
 A directory a crash left before its header was published reads as never materialized (issue 9):
 `list` shows it as `unmaterialized`, `show`/`tree` say so in one line (exit 2), and
-`prune --unmaterialized` removes such directories (never a locked one, never through a symlink).
+`prune --unmaterialized` removes such directories (never a locked one, never through a symlink);
+`prune --older-than AGE` removes whole saved trees idle for longer (issue 11 item 4).
+List and tree rows share one vocabulary (`cli/session_rows.py`); every `--json` form is NDJSON.
 """
 
 from __future__ import annotations
@@ -21,60 +23,6 @@ app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True)
 
 HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-
-
-def _headers(home: Path) -> dict[str, dict[str, Any]]:
-    headers: dict[str, dict[str, Any]] = {}
-    sessions = home / "sessions"
-    if not sessions.is_dir():
-        return headers
-    from dsh.loader.errors import DshError
-    from dsh.loader.session import open_regular
-
-    for path in sorted(sessions.glob("*/session.jsonl")):
-        try:  # never a FIFO (it would hang) nor a symlink out of the home (issue 15 items 1, 4)
-            with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
-                first = f.readline()
-            header = json.loads(first)
-        except (OSError, ValueError, DshError):
-            continue
-        if isinstance(header, dict) and header.get("type") == "session":
-            headers[path.parent.name] = header
-    return headers
-
-
-def _root_of(headers: dict[str, dict[str, Any]], session_id: str) -> str:
-    """The root id whose socket would host `session_id`: the in-memory twin of
-    `loader.host.client.route`, walking headers already read instead of re-reading files."""
-    seen = {session_id}
-    current = session_id
-    for _ in range(64):
-        parent = headers.get(current, {}).get("parentSession")
-        if not parent or parent in seen:
-            return current
-        if parent not in headers:
-            return str(parent)  # the parent's file is gone; its id still names the socket
-        seen.add(parent)
-        current = parent
-    return current
-
-
-class _Liveness:
-    """Asks each root's socket once whether a run serves it; returns its `run.status`."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self._cache: dict[str, dict[str, Any] | None] = {}
-
-    def status(self, root_id: str) -> dict[str, Any] | None:
-        if root_id not in self._cache:
-            from dsh.loader.host.client import call_sync
-
-            try:
-                self._cache[root_id] = call_sync(self.home, root_id, "run.status", {}, timeout=2)
-            except Exception:
-                self._cache[root_id] = None
-        return self._cache[root_id]
 
 
 def _read(home: Path, session_id: str) -> Any:
@@ -101,57 +49,20 @@ def _read(home: Path, session_id: str) -> Any:
 
 
 @app.command("list")
-def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> None:
-    """One row per session: id, createdAt, parent, origin, turns, last turn end, live; then one
-    `unmaterialized` row per directory a crash left before its header was published."""
-    from datetime import datetime, timezone
+def list_sessions(
+    home: HomeOption = None,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
+    live_only: Annotated[bool, typer.Option("--live", help="Only sessions whose run is live.")] = False,
+    roots_only: Annotated[bool, typer.Option("--roots", help="Only root sessions (no parent).")] = False,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the N most recently created sessions.")] = None,
+) -> None:
+    """One row per session, oldest first, under a header: id, created, state, last stop reason,
+    turns, label and task; then one `unmaterialized` row per directory a crash left before its
+    header was published (not with --live or --roots). Row keys: cli/session_rows.py."""
+    from dsh.cli.session_listing import list_rows, print_rows
 
-    from dsh.loader.errors import DshError
-    from dsh.loader.session import read, unmaterialized_ids
-
-    root_dir = resolve_home(home)
-    headers = _headers(root_dir)
-    live = _Liveness(root_dir)
-    rows: list[dict[str, Any]] = []
-    for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), kv[0])):
-        turns, last_end = 0, None
-        try:
-            events = read(root_dir / "sessions" / sid / "session.jsonl").events
-        except DshError as exc:  # one bad session never breaks the list (issue 15 item 3)
-            rows.append({"id": sid, "corrupt": True, "error": exc.message})
-            continue
-        for event in events:
-            if event["type"] == "turn/start":
-                turns += 1
-            elif event["type"] == "turn/end":
-                last_end = event["data"]["reason"].get("kind")
-        rows.append({
-            "id": sid,
-            "createdAt": header.get("createdAt"),
-            "parent": header.get("parentSession"),
-            "origin": header.get("origin"),
-            "turns": turns,
-            "lastTurnEnd": last_end,
-            "live": live.status(_root_of(headers, sid)) is not None,
-        })
-    unmaterialized = unmaterialized_ids(root_dir / "sessions")
-    if json_output:
-        for row in rows:
-            say(json.dumps(row, separators=(",", ":")))
-        for sid in unmaterialized:
-            say(json.dumps({"id": sid, "unmaterialized": True}, separators=(",", ":")))
-        return
-    for row in rows:
-        if row.get("corrupt"):
-            say(f"{row['id']}  corrupt")
-            continue
-        created = datetime.fromtimestamp((row["createdAt"] or 0) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        say("  ".join([
-            row["id"], created, row["parent"] or "-", row["origin"] or "root", f"turns={row['turns']}",
-            f"last={row['lastTurnEnd'] or '-'}", "live" if row["live"] else "-",
-        ]))
-    for sid in unmaterialized:
-        say(f"{sid}  unmaterialized")
+    rows = list_rows(resolve_home(home), live_only=live_only, roots_only=roots_only, limit=limit)
+    print_rows(rows, json_output=json_output)
 
 
 def _summary(event: dict[str, Any]) -> str:
@@ -181,6 +92,15 @@ def _summary(event: dict[str, Any]) -> str:
                 + (f" {data['outcome']}" if data.get("outcome") else ""))
     if kind == "subagent/descriptor":
         return f"{data.get('mode')} label={data.get('label')!r}"
+    if kind == "llm/request":
+        return (f"turn={data.get('turn')} step={data.get('step')} model={data.get('model')} "
+                f"messages={data.get('messageCount')} system={data.get('systemHash')} "
+                f"tools={','.join(map(str, data.get('toolNames') or [])) or '-'}")
+    if kind == "llm/system":
+        return f"{data.get('hash')} {len(str(data.get('text', '')))} chars"
+    if kind == "llm/tools":
+        return f"{data.get('hash')} " + (",".join(str(t.get("name")) for t in data.get("tools") or []
+                                                  if isinstance(t, dict)) or "-")
     return _clip(json.dumps(data, separators=(",", ":")))
 
 
@@ -194,11 +114,21 @@ def show(
     session_id: Annotated[str, typer.Argument(metavar="ID")],
     home: HomeOption = None,
     json_output: JsonOption = False,
+    requests: Annotated[bool, typer.Option(
+        "--requests", help="What the model saw: each request's model, message count, system prompt and tools.")] = False,
 ) -> None:
     """Events of one session (`seq type summary`, or raw JSONL); torn or corrupt state is reported."""
     root_dir = resolve_home(home)
     result = _read(root_dir, session_id)
-    if json_output:
+    if requests:
+        from dsh.cli.session_requests import request_rows, show_requests
+        from dsh.loader.texts import render
+
+        rows = request_rows(result.events)
+        if not rows:
+            warn(render("T-CLI-NO-REQUESTS", id=session_id))
+        show_requests(rows, json_output=json_output)
+    elif json_output:
         say(json.dumps(result.header, separators=(",", ":")))
         for event in result.events:
             say(json.dumps(event, separators=(",", ":")))
@@ -213,80 +143,44 @@ def show(
 def tree(
     session_id: Annotated[str, typer.Argument(metavar="ID")],
     home: HomeOption = None,
-    json_output: JsonOption = False,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
 ) -> None:
-    """Descendants with label, mode, last stop reason and live status."""
-    from dsh.loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
-    from dsh.loader.errors import DshError
-    from dsh.loader.session import read
+    """Descendants with label, mode, last stop reason, live state and each child's
+    `<parent>/<child>` address (what `dsh interrupt` and `dsh send` take)."""
+    from dsh.cli.session_listing import print_tree, tree_rows
 
     root_dir = resolve_home(home)
     _read(root_dir, session_id)
-    headers = _headers(root_dir)
-    children: dict[str, list[str]] = {}
-    for sid, header in headers.items():
-        parent = header.get("parentSession")
-        if isinstance(parent, str):
-            children.setdefault(parent, []).append(sid)
-    status = _Liveness(root_dir).status(_root_of(headers, session_id))
-    live = {a["sessionId"]: a.get("status") for a in (status or {}).get("agents", [])}
-    rows: list[dict[str, Any]] = []
-
-    def visit(sid: str, depth: int, seen: set[str]) -> None:
-        try:
-            events = read(root_dir / "sessions" / sid / "session.jsonl").events
-        except DshError:
-            events = []
-        descriptor = next((e["data"] for e in events if e["type"] == "subagent/descriptor"), None)
-        mode = (descriptor or {}).get("mode", "root" if depth == 0 and not headers.get(sid, {}).get("parentSession") else "unknown")
-        fold = fold_consumed_work(events)
-        stop: str = epoch_stop_reason(fold) if mode == "continuable" else one_shot_stop_reason(fold)
-        turn_events = [e["type"] for e in events if e["type"] in ("turn/start", "turn/end")]
-        if not turn_events or turn_events[-1] == "turn/start":
-            stop = "-"  # nothing ran yet, or a turn is still open: no stop reason to show
-        rows.append({"id": sid, "depth": depth, "label": (descriptor or {}).get("label"), "mode": mode,
-                     "lastStopReason": stop, "live": live.get(sid)})
-        for child in sorted(children.get(sid, []), key=lambda c: (headers[c].get("createdAt", 0), c)):
-            if child not in seen:
-                seen.add(child)
-                visit(child, depth + 1, seen)
-
-    visit(session_id, 0, {session_id})
-    if json_output:
-        for row in rows:
-            say(json.dumps(row, separators=(",", ":")))
-        return
-    for row in rows:
-        label = f" [{row['label']}]" if row["label"] else ""
-        state = f" {row['live']}" if row["live"] else ""
-        say(f"{'  ' * row['depth']}{row['id']}{label} {row['mode']} {row['lastStopReason']}{state}")
+    print_tree(tree_rows(root_dir, session_id), json_output=json_output)
 
 
 @app.command("prune")
 def prune(
+    older_than: Annotated[Optional[str], typer.Option(
+        "--older-than", metavar="AGE",
+        help="Remove saved trees idle for longer than AGE (30s, 15m, 12h, 7d, 2w); never a live or locked one.")] = None,
     unmaterialized: Annotated[bool, typer.Option(
         "--unmaterialized", help="Remove session directories a crash left before their header was written.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed; remove nothing.")] = False,
     home: HomeOption = None,
 ) -> None:
-    """Remove never-materialized session directories; prints one line per directory."""
+    """Remove old session trees and never-materialized directories; prints one line per directory."""
+    from dsh.cli.session_prune import parse_age, prune_older_than, report
     from dsh.loader.session import prune_unmaterialized
     from dsh.loader.texts import render
 
-    if not unmaterialized:
+    if not unmaterialized and older_than is None:
         fail(render("T-CLI-PRUNE-NEEDS-KIND"), 2)
+    if older_than is not None:
+        parse_age(older_than)  # a bad AGE exits 2 before anything is removed
     root_dir = resolve_home(home)
-    outcomes = prune_unmaterialized(root_dir / "sessions", dry_run=dry_run)
-    if not outcomes:
-        warn(render("T-CLI-PRUNE-NONE", home=root_dir))
-    for o in outcomes:
-        if o.action == "removed":
-            say(render("T-CLI-PRUNE-REMOVED", path=o.path))
-        elif o.action == "would-remove":
-            say(render("T-CLI-PRUNE-WOULD-REMOVE", path=o.path))
-        elif o.action == "kept-busy":
-            warn(render("T-CLI-PRUNE-KEPT-BUSY", path=o.path))
-        elif o.action == "kept-foreign":
-            warn(render("T-CLI-PRUNE-KEPT-FOREIGN", path=o.path, name=o.detail))
-        else:
-            warn(render("T-CLI-PRUNE-KEPT-CHANGED", path=o.path))
+    if unmaterialized:
+        outcomes = prune_unmaterialized(root_dir / "sessions", dry_run=dry_run)
+        if not outcomes:
+            warn(render("T-CLI-PRUNE-NONE", home=root_dir))
+        report(outcomes)
+    if older_than is not None:
+        old = prune_older_than(root_dir, older_than, dry_run=dry_run)
+        if not old:
+            warn(render("T-CLI-PRUNE-NONE-OLD", age=older_than, home=root_dir))
+        report(old)

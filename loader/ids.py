@@ -1,4 +1,6 @@
-"""Identifiers (SPEC §5.1): root ids `session-<uuid4>`, child and message ids bare uuid4.
+"""Identifiers (SPEC §5.1, issue 11 item 4): every new session id, root or child, is
+`session-<uuid4>`; message ids are bare uuid4. Children created before issue 11 have bare uuid4 ids;
+they still pass the validator below and keep loading, since any id matching it is a session id.
 
 One validator for every id that names a session, whoever typed it (issue 15 items 4, 6): a CLI
 argument, an address `<parent>/<child>`, an RPC param or a `parentSession` link. A session id
@@ -50,7 +52,9 @@ def new_root_id() -> str:
 
 
 def new_child_id() -> str:
-    return str(uuid.uuid4())
+    """The same format as a root's (issue 11 item 4): an id never tells a root from a child; the
+    header's `parentSession` does."""
+    return f"session-{uuid.uuid4()}"
 
 
 def new_message_id() -> str:

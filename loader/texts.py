@@ -165,7 +165,20 @@ TEXTS: dict[str, str] = {
     "T-CLI-PRUNE-KEPT-FOREIGN": "dsh: kept {path}: it holds {name}, which dsh did not write",
     "T-CLI-PRUNE-KEPT-CHANGED": "dsh: kept {path}: it changed while being pruned",
     "T-CLI-PRUNE-NONE": "dsh: no unmaterialized sessions under {home}/sessions",
-    "T-CLI-PRUNE-NEEDS-KIND": "prune needs --unmaterialized, the only kind of session it removes",
+    "T-CLI-PRUNE-NEEDS-KIND": "prune needs --older-than AGE (e.g. 7d), --unmaterialized, or both",
+    # issue 11 items 1 and 4: what the model saw; sessions you can manage
+    "T-LOG-REQUEST": (
+        "model request {id} turn {turn} step {step}: model {model}, {messages} messages, "
+        "system {system}, tools {tools} ({toolsHash})"
+    ),
+    "T-LOG-RESPONSE": (
+        "model reply {id} turn {turn} step {step}: finish {finish}, blocks {blocks}, "
+        "tokens in {input} out {output}"
+    ),
+    "T-CLI-BAD-AGE": "expected an age such as 7d, 12h, 30m or 45s, got {value!r}",
+    "T-CLI-PRUNE-KEPT-LIVE": "dsh: kept {path}: a running dsh holds it",
+    "T-CLI-PRUNE-NONE-OLD": "dsh: no sessions older than {age} to prune under {home}/sessions",
+    "T-CLI-NO-REQUESTS": "dsh: session {id} records no model requests (it ran before dsh logged them, or never ran)",
 }
 
 TOOL_DESCRIPTIONS: dict[str, str] = {

@@ -28,9 +28,10 @@ SURFACES = {
         "lint_transcript", "tools_for",
     ],
     "dsh.loader.session": [
-        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "PruneOutcome", "REQUEUED", "ReadResult", "Session",
+        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "LoggedRequest", "PruneOutcome", "REQUEUED", "ReadResult",
+        "RequestLog", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
-        "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        "logged_requests", "make_header", "open_regular", "prune_tree", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ],
     "dsh.loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",

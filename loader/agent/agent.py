@@ -27,7 +27,7 @@ from dsh.loader.agent.phase import Idle, Maintenance, Phase, PreStep, Running
 from dsh.loader.agent.tooling import Tool
 from dsh.loader.emitter import Emitter, Waterfall
 from dsh.loader.errors import AgentBusy
-from dsh.loader.session import Session
+from dsh.loader.session import RequestLog, Session
 from dsh.loader.texts import TEXTS
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class Agent:
         self.registry = registry
         self.events = Emitter()
         self.inbox = Inbox(session, self.events)
+        self.requests = RequestLog(session)  # what the model saw (issue 11 item 1)
         self.pre_step: Waterfall[PreStep] = Waterfall()
         # Checkpoint first (§5.5): every proposed step is durable before fences or hooks see it.
         self.pre_step.add(self._checkpoint, order=0)

@@ -23,6 +23,7 @@ from dsh.loader.errors import DshError, ProviderError, StepLimit, error_chain
 from dsh.loader.ids import new_message_id
 from dsh.loader.models import Assembler, ModelRequest
 from dsh.loader.session import ErrorData, TurnEnd
+from dsh.loader.texts import render
 
 if TYPE_CHECKING:
     from dsh.loader.agent.agent import Agent
@@ -184,6 +185,13 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         max_tokens=options.max_tokens,
         temperature=options.temperature,
     )
+    # What the model saw (issue 11 item 1): durable with the checkpoint, before the provider runs.
+    digest = agent.requests.record(turn=turn, step=step, model=request.model, system=request.system,
+                                   tools=request.tools, message_count=len(request.messages))
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(render("T-LOG-REQUEST", id=agent.id, turn=turn, step=step, model=request.model,
+                            messages=len(request.messages), system=digest["systemHash"],
+                            tools=",".join(digest["toolNames"]) or "-", toolsHash=digest["toolsHash"]))
     await agent.store.flush(agent.session)  # model-request checkpoint (§5.5)
     signal.throw_if_aborted()
 
@@ -227,6 +235,11 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         data["usage"] = result.usage
     data["finish"] = result.finish
     agent.session.append("assistant/message", data)
+    if logger.isEnabledFor(logging.DEBUG):
+        usage = result.usage or {}
+        logger.debug(render("T-LOG-RESPONSE", id=agent.id, turn=turn, step=step, finish=result.finish,
+                            blocks=_block_summary(content), input=usage.get("inputTokens", "-"),
+                            output=usage.get("outputTokens", "-")))
     if result.finish == "max-tokens":
         return {"kind": "max-tokens"}
     calls = [b for b in content if b.get("type") == "tool-call"]
@@ -271,6 +284,12 @@ def _schema(parameters: type[BaseModel]) -> dict[str, Any]:
     """A tool's JSON schema, built once per parameter model: generating it costs ~150 µs, paid on
     every step of every agent otherwise. Callers must not mutate the returned mapping."""
     return parameters.model_json_schema()
+
+
+def _block_summary(content: list[dict[str, Any]]) -> str:
+    """`text,tool-call:subagent`: block types (and tool names) of a reply, never their text."""
+    parts = [f"{b.get('type')}:{b.get('name')}" if b.get("type") == "tool-call" else str(b.get("type")) for b in content]
+    return ",".join(parts) or "-"
 
 
 def _assistant(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dsh.loader.session._fileio import open_regular
 from dsh.loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
 from dsh.loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
+from dsh.loader.session.prune import prune_tree
+from dsh.loader.session.requests import LoggedRequest, RequestLog, logged_requests
 from dsh.loader.session.session import Session
 from dsh.loader.session.store import FileIO, SessionStore, StoreIO
 from dsh.loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
@@ -24,8 +26,10 @@ __all__ = [
     "REQUEUED",
     "Event",
     "FileIO",
+    "LoggedRequest",
     "PruneOutcome",
     "ReadResult",
+    "RequestLog",
     "Session",
     "SessionStore",
     "StoreIO",
@@ -33,8 +37,10 @@ __all__ = [
     "TurnEndKind",
     "interrupted_turn_closers",
     "is_unmaterialized",
+    "logged_requests",
     "make_header",
     "open_regular",
+    "prune_tree",
     "prune_unmaterialized",
     "read",
     "replay_inbox",

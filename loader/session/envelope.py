@@ -18,6 +18,7 @@ from typing import Any
 
 from dsh.loader.errors import SessionError
 from dsh.loader.ids import is_valid_session_id
+from dsh.loader.session.requests import REQUEST_EVENT_TYPES, request_problem
 from dsh.loader.session.shapes import data_problem
 from dsh.loader.session.turn_end import TURN_END_KINDS
 from dsh.loader.texts import render
@@ -55,7 +56,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "subagent/descriptor",
         "llm/retry",
     }
-)
+) | REQUEST_EVENT_TYPES  # issue 11 item 1: written with `ignorable: true` (requests.py)
 
 
 _ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data"})
@@ -63,7 +64,7 @@ _HEADER_REQUIRED = frozenset({"type", "version", "id", "createdAt", "delegationD
 _HEADER_OPTIONAL = frozenset({"cwd", "parentSession", "origin"})
 
 # Events that must name the open (turn, step).
-_IN_STEP = frozenset({"assistant/message", "tool/call", "tool/result", "llm/retry"})
+_IN_STEP = frozenset({"assistant/message", "tool/call", "tool/result", "llm/retry", "llm/request"})
 
 
 def _is_int(value: Any) -> bool:
@@ -164,6 +165,7 @@ def validate_log(events: list[Event]) -> None:
     last_step = 0
     open_step: int | None = None
     step_calls: set[str] = set()  # callIds with a tool/call in the open step
+    defined: set[tuple[str, str]] = set()  # (kind, hash) of llm/system and llm/tools so far
 
     def fail(what: str, index: int) -> None:
         raise SessionError("INVALID_LOG", render("R-LOG-INVALID", what=what, seq=index))
@@ -238,7 +240,8 @@ def validate_log(events: list[Event]) -> None:
                 repaired = isinstance(error, dict) and error.get("code") == "TOOL_NOT_STARTED"
                 if data.get("callId") not in step_calls and not repaired:
                     fail(f"tool/result {data.get('callId')!r} without a tool/call in its step", index)
-        # agent/inbox/spliced and subagent/descriptor may appear anywhere.
-        shape = data_problem(kind, data)  # issue 15 item 3: every field, not only the relations
+        # agent/inbox/spliced, subagent/descriptor, llm/system and llm/tools may appear anywhere.
+        # issue 15 item 3: every field, not only the relations
+        shape = request_problem(kind, data, defined) if kind in REQUEST_EVENT_TYPES else data_problem(kind, data)
         if shape is not None:
             fail(shape, index)

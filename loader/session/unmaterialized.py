@@ -33,7 +33,8 @@ __all__ = ["PruneOutcome", "is_unmaterialized", "prune_unmaterialized", "unmater
 
 logger = logging.getLogger(__name__)
 
-Action = Literal["removed", "would-remove", "kept-busy", "kept-foreign", "kept-changed"]
+Action = Literal["removed", "would-remove", "kept-busy", "kept-foreign", "kept-changed", "kept-live"]
+"""`kept-live`: a running dsh holds the session (its lock, or its run's socket answers; prune.py)."""
 
 
 @dataclass(frozen=True)

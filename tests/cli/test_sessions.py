@@ -34,21 +34,25 @@ def log_path(home: Path, sid: str) -> Path:
     return home / "sessions" / sid / "session.jsonl"
 
 
-def test_list_prints_one_row_per_session_oldest_first(dsh, home, tree_home):
+def test_list_prints_a_header_then_one_row_per_session_oldest_first(dsh, home, tree_home):
     root, child = tree_home
 
     result = dsh("sessions", "list", "--home", home)
 
     assert (result.exit_code, result.stderr) == (0, "")
-    rows = [line.split("  ") for line in result.stdout.splitlines()]
-    assert [[r[0], *r[2:]] for r in rows] == [
-        [root, "-", "root", "turns=1", "last=completed", "-"],
-        [child, root, "subagent", "turns=1", "last=completed", "-"],
-    ]
+    header, *rows = [line.split() for line in result.stdout.splitlines()]
+    assert header == ["ID", "CREATED", "STATE", "LAST", "STOP", "TURNS", "LABEL", "TASK"]
+    assert [r[0] for r in rows] == [root, child]
+    assert rows[0][2:6] == ["saved", "completed", "1", "-"] and " ".join(rows[0][6:]).startswith("Start a background")
+    assert rows[1][2:7] == ["saved", "completed", "1", "answer", "child"]
+    assert " ".join(rows[1][7:]) == "Reply with CHILD_RESULT."
     assert all(ISO.match(r[1]) for r in rows)
+    starts = [line.index("STATE") for line in result.stdout.splitlines()[:1]]
+    assert all(line[starts[0]:].startswith("saved") for line in result.stdout.splitlines()[1:])  # aligned
 
 
-def test_list_json_rows_carry_the_header_facts(dsh, home, tree_home):
+def test_list_json_rows_carry_one_vocabulary(dsh, home, tree_home):
+    """NDJSON, every row with the same keys, `null` for unknown, a boolean `live`."""
     root, child = tree_home
 
     result = dsh("sessions", "list", "--json", "--home", home)
@@ -56,12 +60,53 @@ def test_list_json_rows_carry_the_header_facts(dsh, home, tree_home):
     assert (result.exit_code, result.stderr) == (0, "")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     headers = {sid: json.loads(log_path(home, sid).read_bytes().split(b"\n", 1)[0]) for sid in tree_home}
+    last = {sid: log_events(home, sid)[-1]["time"] for sid in tree_home}
     assert rows == [
-        {"id": root, "createdAt": headers[root]["createdAt"], "parent": None, "origin": None,
-         "turns": 1, "lastTurnEnd": "completed", "live": False},
-        {"id": child, "createdAt": headers[child]["createdAt"], "parent": root, "origin": "subagent",
-         "turns": 1, "lastTurnEnd": "completed", "live": False},
+        {"id": root, "root": root, "parent": None, "address": None, "depth": 0, "origin": None, "mode": "root",
+         "label": None, "task": "Start a background child that replies CHILD_RESULT, then te…",
+         "createdAt": headers[root]["createdAt"], "lastActivity": last[root], "turns": 1, "lastTurnEnd": "completed",
+         "lastStopReason": "completed", "live": False, "state": "saved", "error": None},
+        {"id": child, "root": root, "parent": root, "address": f"{root}/{child}", "depth": 1, "origin": "subagent",
+         "mode": "continuable", "label": "answer child", "task": "Reply with CHILD_RESULT.",
+         "createdAt": headers[child]["createdAt"], "lastActivity": last[child], "turns": 1,
+         "lastTurnEnd": "completed", "lastStopReason": "completed", "live": False, "state": "saved", "error": None},
     ]
+
+
+def test_list_roots_and_limit_filter_the_rows(dsh, home, tree_home):
+    root, child = tree_home
+    assert dsh("run", "--transcript", "hello", "--home", home).exit_code == 0
+    newest = next(p.name for p in (home / "sessions").iterdir() if p.name not in tree_home)
+
+    def ids(*flags: str) -> list[str]:
+        result = dsh("sessions", "list", "--json", *flags, "--home", home)
+        assert (result.exit_code, result.stderr) == (0, "")
+        return [json.loads(line)["id"] for line in result.stdout.splitlines()]
+
+    assert ids() == [root, child, newest]
+    assert ids("--roots") == [root, newest]
+    assert ids("--limit", "2") == [child, newest]
+    assert ids("--roots", "--limit", "1") == [newest]
+    assert ids("--live") == []
+    assert dsh("sessions", "list", "--limit", "0", "--home", home).exit_code == 2
+
+
+def test_new_children_share_the_root_id_format_and_old_bare_ids_still_read(dsh, home, tree_home):
+    """Issue 11 item 4: one id format, `session-<uuid4>`, for roots and children; a child saved with
+    a bare uuid by an older dsh still lists and shows in its tree."""
+    root, child = tree_home
+    assert root.startswith("session-") and child.startswith("session-")
+    old = "0b5e5f0e-5b1c-4c3e-9d2f-7d8a6b4c2e10"
+    header = json.loads(log_path(home, child).read_bytes().split(b"\n", 1)[0])
+    (home / "sessions" / old).mkdir(mode=0o700)
+    log_path(home, old).write_text(json.dumps({**header, "id": old}) + "\n")
+
+    listed = dsh("sessions", "list", "--json", "--home", home)
+    tree = dsh("sessions", "tree", root, "--json", "--home", home)
+
+    assert {json.loads(line)["id"]: json.loads(line)["state"] for line in listed.stdout.splitlines()}[old] == "saved"
+    # same createdAt as the copied header: ties sort by id
+    assert [json.loads(line)["address"] for line in tree.stdout.splitlines()][1:] == [f"{root}/{old}", f"{root}/{child}"]
 
 
 def test_show_prints_seq_type_summary_per_event_and_json_prints_the_log(dsh, home, tree_home):
@@ -122,19 +167,30 @@ def test_unknown_session_id_exits_2(dsh, home, tree_home, command):
     assert result.stderr == "dsh: " + render("T-CLI-UNKNOWN-SESSION", id="session-nope", home=home) + "\n"
 
 
-def test_tree_shows_the_child_with_label_mode_and_stop_reason(dsh, home, tree_home):
+def test_tree_shows_each_child_with_label_mode_stop_reason_and_address(dsh, home, tree_home):
     root, child = tree_home
 
     text = dsh("sessions", "tree", root, "--home", home)
     raw = dsh("sessions", "tree", root, "--json", "--home", home)
+    listed = dsh("sessions", "list", "--json", "--home", home)
 
     assert (text.exit_code, text.stderr) == (0, "")
-    assert text.stdout == f"{root} root completed\n  {child} [answer child] continuable completed\n"
-    assert [json.loads(line) for line in raw.stdout.splitlines()] == [
-        {"id": root, "depth": 0, "label": None, "mode": "root", "lastStopReason": "completed", "live": None},
-        {"id": child, "depth": 1, "label": "answer child", "mode": "continuable", "lastStopReason": "completed",
-         "live": None},
-    ]
+    assert text.stdout == (f"{root} root completed\n"
+                           f"  {child} [answer child] continuable completed  address {root}/{child}\n")
+    rows = [json.loads(line) for line in raw.stdout.splitlines()]
+    assert rows == [json.loads(line) for line in listed.stdout.splitlines()]  # one vocabulary
+    assert [(r["depth"], r["address"], r["live"]) for r in rows] == [(0, None, False), (1, f"{root}/{child}", False)]
+
+
+def test_the_printed_address_is_the_one_send_takes(dsh, home, tree_home):
+    """The address passes `send`'s header check (exit 2 otherwise); no run is live, so exit 1."""
+    root, child = tree_home
+    address = dsh("sessions", "tree", root, "--home", home).stdout.splitlines()[1].split("address ")[1]
+
+    sent = dsh("send", address, "more", "--home", home)
+
+    assert (sent.exit_code, sent.stdout) == (1, "")
+    assert sent.stderr == "dsh: " + render("T-CLI-SEND-NO-RUN", child=child) + "\n"
 
 
 def test_list_and_tree_ask_the_live_run_for_liveness(dsh, live_run, home, tmp_path):
@@ -152,10 +208,13 @@ def test_list_and_tree_ask_the_live_run_for_liveness(dsh, live_run, home, tmp_pa
     listed = dsh("sessions", "list", "--json", "--home", home)
     tree = dsh("sessions", "tree", root, "--json", "--home", home)
 
+    live_only = dsh("sessions", "list", "--json", "--live", "--home", home)
     assert {r["id"]: r["live"] for r in map(json.loads, listed.stdout.splitlines())} == {root: True, child: True}
+    assert [json.loads(line)["id"] for line in live_only.stdout.splitlines()] == [root, child]
     rows = [json.loads(line) for line in tree.stdout.splitlines()]
     assert [(r["id"], r["mode"]) for r in rows] == [(root, "root"), (child, "continuable")]
-    assert rows[0]["live"] == "idle" and rows[1]["live"] == "running"
+    assert [(r["live"], r["state"]) for r in rows] == [(True, "idle"), (True, "running")]
+    assert rows[1]["lastStopReason"] is None  # its turn is open: no stop reason yet, null not "-"
     run.signal(signal.SIGINT)
     assert run.finish() == 130
 
@@ -183,9 +242,11 @@ def test_list_shows_an_unmaterialized_dir_as_one_row(dsh, home, tree_home):
     raw = dsh("sessions", "list", "--json", "--home", home)
 
     assert (text.exit_code, text.stderr, raw.exit_code, raw.stderr) == (0, "", 0, "")
-    assert [line.split("  ")[0] for line in text.stdout.splitlines()] == [root, child, UNMAT]
-    assert text.stdout.splitlines()[-1] == f"{UNMAT}  unmaterialized"
-    assert json.loads(raw.stdout.splitlines()[-1]) == {"id": UNMAT, "unmaterialized": True}
+    assert [line.split("  ")[0] for line in text.stdout.splitlines()[1:]] == [root, child, UNMAT]
+    assert text.stdout.splitlines()[-1].split() == [UNMAT, "-", "unmaterialized", "-", "-", "-", "-"]
+    rows = [json.loads(line) for line in raw.stdout.splitlines()]
+    assert set(rows[-1]) == set(rows[0])  # the same keys as a readable row
+    assert {k: v for k, v in rows[-1].items() if v is not None} == {"id": UNMAT, "live": False, "state": "unmaterialized"}
 
 
 @pytest.mark.parametrize("command", ["show", "tree"])

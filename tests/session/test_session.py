@@ -27,9 +27,10 @@ def new_session(**kw: Any) -> Session:
 
 def test_package_exports_exactly_the_public_api() -> None:
     assert sorted(loader.session.__all__) == [
-        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "PruneOutcome", "REQUEUED", "ReadResult", "Session",
+        "EVENT_TYPES", "ErrorData", "Event", "FileIO", "LoggedRequest", "PruneOutcome", "REQUEUED", "ReadResult",
+        "RequestLog", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
-        "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        "logged_requests", "make_header", "open_regular", "prune_tree", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ]
     for name in loader.session.__all__:
         assert hasattr(loader.session, name)

@@ -1,0 +1,161 @@
+"""What the model saw (issue 11 item 1): a digest per model request, each full value stored once.
+
+Every model request appends, inside its step and before the model-request checkpoint (§5.5), so
+the record is durable before the provider is called:
+
+- `llm/system {hash, text}` the first time this session's log meets that system prompt;
+- `llm/tools {hash, tools}` the first time it meets that tool list (`[{name, description,
+  parameters}]`, in request order);
+- `llm/request {turn, step, model, messageCount, systemHash, toolNames, toolsHash}`, always.
+
+All three are written with `"ignorable": true`: a reader that predates them skips them (§5.1), so
+an older dsh still loads and resumes a log written by this one. This version knows them, so
+`validate_log` checks their shapes and two relations: a hash is defined at most once per log, and a
+request names only hashes defined before it (writes are in order, so a torn tail cannot break that).
+
+A hash is the first 16 hex digits of SHA-256: of the UTF-8 text for a system prompt, of the compact
+key-sorted JSON for a tool list. They only key values within one session's log, so 64 bits is plenty.
+Nothing here is model-visible (`derive_messages` ignores these types) and the flow projection skips
+them, so replay flows do not change. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dsh.loader.session.session import Session
+
+__all__ = [
+    "REQUEST_EVENT_TYPES",
+    "LoggedRequest",
+    "RequestLog",
+    "logged_requests",
+    "request_problem",
+    "system_hash",
+    "tools_hash",
+]
+
+REQUEST, SYSTEM, TOOLS = "llm/request", "llm/system", "llm/tools"
+REQUEST_EVENT_TYPES = frozenset({REQUEST, SYSTEM, TOOLS})
+_DEFINES = {SYSTEM: ("system", "text"), TOOLS: ("tools", "tools")}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def system_hash(text: str) -> str:
+    return _digest(text.encode("utf-8", "surrogatepass"))
+
+
+def tools_hash(tools: list[dict[str, Any]]) -> str:
+    return _digest(json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
+
+
+class RequestLog:
+    """Writes the digest of each request of one session and remembers which values its log holds.
+
+    Invariant: `_known` is the set of `(kind, hash)` defined by `session.events[:_scanned]`; it is
+    caught up before each record, so a resumed log (whose definitions came from the file) and
+    events appended by others are both accounted for."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._known: set[tuple[str, str]] = set()
+        self._scanned = 0
+        self._last_system: tuple[str, str] | None = None  # (text, hash): the prompt rarely changes
+        self._last_tools: tuple[list[dict[str, Any]], str] | None = None
+
+    def record(
+        self, *, turn: int, step: int, model: str, system: str, tools: list[dict[str, Any]], message_count: int
+    ) -> dict[str, Any]:
+        """Append the definitions this log lacks, then the digest; returns the digest's data.
+
+        A plain `def`: the appends are one sync span, so no other append lands between a
+        definition and the request that names it."""
+        events = self._session.events
+        for index in range(self._scanned, len(events)):  # by index: no copy of the log's tail
+            event = events[index]
+            kind = _DEFINES.get(event["type"])
+            if kind is not None and isinstance(event["data"].get("hash"), str):
+                self._known.add((kind[0], event["data"]["hash"]))
+        self._scanned = len(events)
+        if self._last_system is None or self._last_system[0] != system:
+            self._last_system = (system, system_hash(system))
+        if self._last_tools is None or self._last_tools[0] != tools:
+            self._last_tools = (tools, tools_hash(tools))
+        s_hash, t_hash = self._last_system[1], self._last_tools[1]
+        if ("system", s_hash) not in self._known:
+            self._session.append(SYSTEM, {"hash": s_hash, "text": system}, ignorable=True)
+            self._known.add(("system", s_hash))
+        if ("tools", t_hash) not in self._known:
+            self._session.append(TOOLS, {"hash": t_hash, "tools": tools}, ignorable=True)
+            self._known.add(("tools", t_hash))
+        data: dict[str, Any] = {
+            "turn": turn, "step": step, "model": model, "messageCount": message_count,
+            "systemHash": s_hash, "toolNames": [t.get("name") for t in tools], "toolsHash": t_hash,
+        }
+        self._session.append(REQUEST, data, ignorable=True)
+        self._scanned = len(events)
+        return data
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One `llm/request` of a log with the values it names (None when the log lacks them)."""
+
+    seq: int
+    digest: dict[str, Any]
+    system: str | None
+    tools: list[dict[str, Any]] | None
+
+
+def logged_requests(events: list[dict[str, Any]]) -> Iterator[LoggedRequest]:
+    """Every request of a log in order, its hashes resolved against the definitions before it."""
+    values: dict[tuple[str, str], Any] = {}
+    for event in events:
+        kind, data = event["type"], event["data"]
+        if kind in _DEFINES:
+            name, field = _DEFINES[kind]
+            values[(name, data.get("hash"))] = data.get(field)
+        elif kind == REQUEST:
+            yield LoggedRequest(event["seq"], data, values.get(("system", data.get("systemHash"))),
+                                values.get(("tools", data.get("toolsHash"))))
+
+
+def request_problem(kind: str, data: dict[str, Any], defined: set[tuple[str, str]]) -> str | None:
+    """The shape or relation problem of one request-log event, or None; `defined` holds the
+    `(kind, hash)` pairs defined earlier in the log and gains this event's definition."""
+    if kind in _DEFINES:
+        name, field = _DEFINES[kind]
+        if not isinstance(data.get("hash"), str):
+            return "data.hash is not a string"
+        ok = isinstance(data.get(field), str) if name == "system" else _is_tool_list(data.get(field))
+        if not ok:
+            return f"data.{field} is not a {'string' if name == 'system' else 'list of tools'}"
+        if (name, data["hash"]) in defined:
+            return f"{kind} {data['hash']} is defined twice"
+        defined.add((name, data["hash"]))
+        return None
+    if not isinstance(data.get("model"), str):
+        return "data.model is not a string"
+    if type(data.get("messageCount")) is not int:
+        return "data.messageCount is not an integer"
+    names = data.get("toolNames")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return "data.toolNames is not a list of strings"
+    for name, field in (("system", "systemHash"), ("tools", "toolsHash")):
+        if not isinstance(data.get(field), str):
+            return f"data.{field} is not a string"
+        if (name, data[field]) not in defined:
+            return f"data.{field} {data[field]} is not defined before the request"
+    return None
+
+
+def _is_tool_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in value)

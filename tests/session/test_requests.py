@@ -1,0 +1,69 @@
+"""The request log's format rules (issue 11 item 1, `loader.session.requests`).
+
+`validate_log` checks `llm/system`, `llm/tools` and `llm/request`: a hash defined at most once, a
+request naming only hashes defined before it, inside the step it names. `RequestLog` stores a value
+only when its session's log lacks it, counting what a resumed log already holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh.loader.errors import SessionError
+from dsh.loader.session import RequestLog, Session, make_header, validate_log
+from dsh.loader.session.requests import system_hash, tools_hash
+
+from .helpers import build_log
+
+TOOLS = [{"name": "report", "description": "d", "parameters": {"type": "object"}}]
+SYS = ("llm/system", {"hash": system_hash("S"), "text": "S"}, {"ignorable": True})
+TLS = ("llm/tools", {"hash": tools_hash(TOOLS), "tools": TOOLS}, {"ignorable": True})
+T1 = ("turn/start", {"turn": 1})
+S1 = ("step/start", {"turn": 1, "step": 1})
+E1 = ("step/end", {"turn": 1, "step": 1})
+
+
+def req(**changes: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    data = {"turn": 1, "step": 1, "model": "m", "messageCount": 0, "systemHash": system_hash("S"),
+            "toolNames": ["report"], "toolsHash": tools_hash(TOOLS), **changes}
+    return ("llm/request", data, {"ignorable": True})
+
+
+def test_a_well_formed_request_log_is_accepted() -> None:
+    validate_log(build_log(T1, S1, SYS, TLS, req(), E1, S1[:1] + ({"turn": 1, "step": 2},),
+                           req(step=2), ("step/end", {"turn": 1, "step": 2})))
+
+
+@pytest.mark.parametrize(("items", "seq", "what"), [
+    pytest.param([T1, S1, TLS, req(), E1], 3, "systemHash", id="system-not-defined"),
+    pytest.param([T1, S1, req(), SYS, TLS, E1], 2, "not defined before", id="defined-after-use"),
+    pytest.param([SYS, T1, S1, SYS], 3, "defined twice", id="system-twice"),
+    pytest.param([SYS, TLS, T1, req(), E1], 3, "llm/request outside a step", id="outside-step"),
+    pytest.param([SYS, TLS, T1, S1, req(step=2)], 4, "does not name the open step", id="wrong-step"),
+    pytest.param([SYS, TLS, T1, S1, req(messageCount="3")], 4, "messageCount", id="count-not-int"),
+    pytest.param([("llm/tools", {"hash": "h", "tools": "x"}, {"ignorable": True})], 0, "list of tools",
+                 id="tools-not-list"),
+])
+def test_request_log_violations_are_named_with_their_seq(items: list[Any], seq: int, what: str) -> None:
+    with pytest.raises(SessionError) as info:
+        validate_log(build_log(*items))
+    assert info.value.code == "INVALID_LOG"
+    assert what in info.value.message and info.value.message.endswith(f"at seq {seq}")
+
+
+def test_record_stores_each_value_once_and_counts_a_resumed_logs_values() -> None:
+    events = build_log(T1, S1, SYS, TLS, req(), E1, ("turn/end", {"turn": 1, "reason": {"kind": "completed"}}))
+    session = Session(make_header("session-r"), events)  # as `store.load` hands a resumed log
+    log = RequestLog(session)
+
+    session.append("turn/start", {"turn": 2})
+    session.append("step/start", {"turn": 2, "step": 1})
+    log.record(turn=2, step=1, model="m", system="S", tools=TOOLS, message_count=2)
+    log.record(turn=2, step=1, model="m", system="S2", tools=TOOLS, message_count=2)
+
+    added = [(e["type"], e["data"].get("hash")) for e in session.events[len(events):] if e["type"] != "step/start"]
+    assert added[1:] == [("llm/request", None), ("llm/system", system_hash("S2")), ("llm/request", None)]
+    assert all(e.get("ignorable") for e in session.events[len(events) + 2:])
+    validate_log(session.events)
