@@ -46,6 +46,7 @@ def run(
     max_children: MaxChildrenOption = None,
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live tree on stderr (warnings and errors still print).")] = False,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -109,8 +110,7 @@ def run(
         from loader.ndjson import RecordStream
 
         sinks.records = RecordStream(emit)
-    if sys.stderr.isatty():
-        sinks.on_progress = _progress_printer()
+    live = None if quiet or not sys.stderr.isatty() else _live_tree(sinks)
 
     received: list[int] = []
 
@@ -139,7 +139,11 @@ def run(
 
     started()  # the runtime is imported: freeze it and collect garbage again from here on
     try:
-        result = asyncio.run(main())
+        if live is not None:
+            with live:
+                result = asyncio.run(main())
+        else:
+            result = asyncio.run(main())
     except ConfigError as exc:
         fail(exc.message, 2)
     except DshError as exc:  # an unsafe home or session file is the user's to fix: exit 2 (issue 15)
@@ -223,8 +227,13 @@ def _drop_stdout() -> None:
         pass
 
 
-def _progress_printer() -> Any:
-    from rich.console import Console  # deferred; rich honours NO_COLOR
+def _live_tree(sinks: Any) -> Any:
+    """The live tree on stderr (issue 11 item 2), fed by the run's sinks; stdout is never touched."""
+    from rich.console import Console  # deferred: only a TTY run pays for rich; rich honours NO_COLOR
 
-    console = Console(stderr=True, highlight=False)
-    return lambda line: console.print(line, markup=False)
+    from cli.live import LiveTree
+
+    live = LiveTree(Console(stderr=True, highlight=False))
+    sinks.on_agent, sinks.on_event, sinks.on_lifecycle = live.agent, live.event, live.lifecycle
+    sinks.on_waiting = live.waiting
+    return live

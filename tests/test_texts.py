@@ -215,9 +215,14 @@ ISSUE_16_NOTICE_TEXTS = {
     ),
 }
 
+# Issue 11 (the person at the terminal): our wording.
+ISSUE_11_TEXTS = {
+    "T-CLI-LIVE-WAITING": "waiting on parked: {label} — `{send}` resumes",
+}
+
 SPEC_TEXTS = {
     **SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
-    **ISSUE_16_NOTICE_TEXTS, **ISSUE_16_ENDPOINT_TEXTS,
+    **ISSUE_16_NOTICE_TEXTS, **ISSUE_16_ENDPOINT_TEXTS, **ISSUE_11_TEXTS,
 }
 
 
