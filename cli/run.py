@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cli.common import fail, resolve_writable_home, say, warn
+from cli.helptext import HOME_DEFAULT, PROFILE_DEFAULT, default
 from cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
@@ -29,16 +30,29 @@ from cli.flags import (
 
 
 def run(
-    task: Annotated[Optional[str], typer.Argument(help="The task for the root agent; '-' reads it from stdin.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
-    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
-    transcript: Annotated[Optional[str], typer.Option("--transcript", help="Replay a keyless transcript (name or path).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="NDJSON records (init, events, lifecycle, retry, waiting, result) on stdout.")] = False,
-    home: Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
-    record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree ('last': the newest root in the home) after a stop or crash, then run TASK if given.")] = None,
-    output_last_message: Annotated[Optional[Path], typer.Option("--output-last-message", help="Also write the root's final answer to FILE.")] = None,
+    task: Annotated[Optional[str], typer.Argument(
+        metavar="TASK", help="The task for the root agent; '-' reads it from stdin.")] = None,
+    profile: Annotated[Optional[str], typer.Option(
+        "--profile", metavar="NAME", help="Profile name or path." + default(PROFILE_DEFAULT))] = None,
+    overlay: Annotated[Optional[list[str]], typer.Option(
+        "--overlay", metavar="NAME", help="Overlay name or path (repeatable); applied after the profile." + default("none"))] = None,
+    transcript: Annotated[Optional[str], typer.Option(
+        "--transcript", metavar="NAME", help="Replay a keyless transcript (name or path) instead of a live model.")] = None,
+    json_output: Annotated[bool, typer.Option(
+        "--json", help="NDJSON records (init, events, lifecycle, retry, waiting, result) on stdout.")] = False,
+    home: Annotated[Optional[Path], typer.Option(
+        "--home", metavar="DIR", help="Storage root." + default(HOME_DEFAULT))] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", metavar="SECONDS", help="Stop the agents after this many seconds (exit 4)." + default("no limit"))] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        "--record", metavar="FILE", help="Record the live provider's replies as a transcript; refuses to "
+        "overwrite FILE without --force.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --record overwrite an existing FILE.")] = False,
+    resume: Annotated[Optional[str], typer.Option(
+        "--resume", metavar="SESSION_ID", help="Finish this root session's tree ('last': the newest root in the "
+        "home) after a stop or crash, then run TASK if given.")] = None,
+    output_last_message: Annotated[Optional[Path], typer.Option(
+        "--output-last-message", metavar="FILE", help="Also write the root's final answer to FILE.")] = None,
     model: ModelOption = None,
     append_system_prompt: AppendSystemPromptOption = None,
     max_steps: MaxStepsOption = None,
@@ -46,7 +60,9 @@ def run(
     max_children: MaxChildrenOption = None,
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live tree on stderr (warnings and errors still print).")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No live tree on stderr (it is drawn only when stderr is a TTY; warnings and "
+        "errors still print).")] = False,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -67,6 +83,9 @@ def run(
         fail(f"--output-last-message: no directory {output_last_message.parent}", 2)
     if record is not None and transcript is not None:
         fail("--record records a live run; it cannot be combined with --transcript", 2)
+    if record is not None and (record.exists() or record.is_symlink()) and not force:
+        # Checked before the run: a recording would silently replace a transcript someone keeps.
+        fail(f"--record: {record} already exists; give --force to overwrite it", 2)
     if record is not None and resume is not None and task is None:
         fail("--record with --resume needs the TASK to record", 2)
     try:
@@ -76,7 +95,8 @@ def run(
 
             lint_transcript(script)
         if script is not None and task is not None:
-            fail("give either TASK or --transcript (whose task is used), not both", 2)
+            fail("give either TASK or --transcript (whose task is used), not both"
+                 + (_flag_value_hint(task) or ""), 2)
         flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
                              parked=parked, max_children=max_children, max_requests=max_requests,
                              max_tokens=max_tokens)
@@ -170,6 +190,13 @@ def run(
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
+
+
+def _flag_value_hint(task: str) -> str | None:
+    """`dsh run --json true --transcript hello`: flags take no value, so `true` became the TASK; say so."""
+    if task.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+        return f"; flags such as --json and --quiet take no value, so {task!r} was read as the TASK"
+    return None
 
 
 def _profile_label(path: Path) -> str:
