@@ -157,6 +157,7 @@ def run(
 
     from cli.fastpath import started
 
+    _warnings_to_stderr()
     started()  # the runtime is imported: freeze it and collect garbage again from here on
     try:
         if live is not None:
@@ -172,7 +173,7 @@ def run(
     exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
     if sinks.records is not None:
         sinks.records.result({**result.to_json(), "exitCode": exit_code})
-    else:
+    elif result.output or exit_code == 0:  # a failed root with no answer prints nothing, not "\n"
         try:
             say(result.output)
         except BrokenPipeError:
@@ -190,6 +191,28 @@ def run(
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
+
+
+def _warnings_to_stderr() -> None:
+    """The runtime's warnings as `dsh: …` lines on the current stderr (looked up per line, so the
+    live tree's proxy puts them above the tree); without a handler, logging's last resort prints
+    them bare. Installed once per process (CliRunner runs many commands in one)."""
+    import logging
+
+    runtime = logging.getLogger("loader")
+    if any(getattr(h, "dsh_lines", False) for h in runtime.handlers):
+        return
+
+    class DshLines(logging.Handler):
+        dsh_lines = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                warn(f"dsh: {record.getMessage()}")
+            except Exception:  # a broken stderr must not break the run
+                self.handleError(record)
+
+    runtime.addHandler(DshLines(logging.WARNING))
 
 
 def _flag_value_hint(task: str) -> str | None:

@@ -247,7 +247,7 @@ def test_unknown_overlay_key_names_its_own_position_and_key_path(dsh, home, tmp_
     line = assert_refused(dsh("run", "--transcript", "hello", "--overlay", overlay, "--home", home), home)
 
     # json.dumps(indent=1) puts `reportDelivry` on line 4, column 3.
-    assert line == f"dsh: {overlay}:4:3: subagents.reportDelivry: unknown key\n"
+    assert line == f"dsh: {overlay}:4:3: subagents.reportDelivry: unknown key; did you mean reportDelivery?\n"
 
 
 @pytest.mark.parametrize(("option", "names"), [
