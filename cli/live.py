@@ -74,6 +74,11 @@ class LiveTree:
     def __exit__(self, *exc: object) -> None:
         self._live.stop()
 
+    def abandon(self) -> None:
+        """Before `os._exit` (a second Ctrl-C): give the terminal its cursor back, since `stop()`
+        will not run. Called on the loop's thread; writes to stderr only."""
+        self._console.show_cursor(True)
+
     # --- sinks (called on the event loop's thread; each is synchronous) ---
 
     def agent(self, session_id: str, header: dict[str, Any]) -> None:

@@ -140,6 +140,8 @@ def run(
 
         def on_signal(signum: int) -> None:
             if received:
+                if live is not None:
+                    live.abandon()
                 os._exit(130 if received[0] == signal.SIGINT else 143)  # second signal: now
             received.append(signum)
             warn(TEXTS["T-CLI-SIGINT"])

@@ -133,3 +133,23 @@ def test_json_stdout_stays_ndjson_only_while_the_tree_is_drawn(tmp_path):
     records = [json.loads(line) for line in out.decode().splitlines()]
     assert code == 0 and records[0]["type"] == "init" and records[-1]["type"] == "result"
     assert "settled: completed" in screen.text
+
+
+def test_abandon_gives_the_cursor_back_before_a_hard_exit():
+    """A second Ctrl-C ends the process with `os._exit`, skipping `Live.stop()`: the cursor the
+    tree hid must be shown again first."""
+    import io
+
+    from rich.console import Console
+
+    from cli.live import LiveTree
+
+    out = io.StringIO()
+    tree = LiveTree(Console(file=out, force_terminal=True, width=120))
+    tree.__enter__()
+    tree.agent("session-x", {})
+    hidden = out.getvalue()
+    tree.abandon()
+
+    assert "\x1b[?25l" in hidden and out.getvalue()[len(hidden):].endswith("\x1b[?25h")
+    tree.__exit__(None, None, None)
