@@ -240,7 +240,13 @@ class OpenAICompatibleProvider:
         except (httpx.HTTPError, httpx.StreamError) as exc:
             return transport_failure(exc, retryable=True, url=self.url)
         if not response.is_success:
-            answer = await _error_body(response)
+            # The error body races the abort like every read (§13.2): a slow body never holds a cancel.
+            reading = asyncio.ensure_future(_error_body(response))
+            if not await _first_of(reading, signal, self.read_timeout):
+                await _abandon(reading)
+                await response.aclose()
+                signal.throw_if_aborted()
+            answer = reading.result() if reading.done() and not reading.cancelled() else b""
             return status_failure(response, self.base_url, provider_message(answer, (self._api_key,)))
         events = EventSource(response).aiter_sse()
         try:

@@ -3,11 +3,17 @@ trimmed to one line of at most MESSAGE_LIMIT characters, with the key and key-sh
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import httpx
 import pytest
 
+from loader.abort import AbortController, Aborted
 from loader.models._openai_failures import MESSAGE_LIMIT, provider_message, safe_url
+
+# The provider fixtures and stream doubles of the provider's own tests (fixtures by import).
+from .test_openai import URL, ByteChunks, Retries, clock, make_provider, request  # noqa: F401
 
 
 @pytest.mark.parametrize(("body", "expected"), [
@@ -38,3 +44,17 @@ def test_a_long_message_is_cut_to_the_limit():
 
 def test_a_url_is_named_without_credentials_or_query():
     assert safe_url("http://me:pw@host:8000/v1/chat/completions?api-key=k#f") == "http://host:8000/v1/chat/completions"
+
+
+async def test_abort_ends_a_stalled_error_body_read_and_closes_the_response(llm, make_provider):
+    """The error body is read like any other (§13.2): a body that stalls never holds back a cancel."""
+    body = ByteChunks(b'{"error": {"message": "bad ke', stall=True)
+    llm.post(URL).mock(return_value=httpx.Response(401, stream=body))
+    ctrl = AbortController()
+    pending = asyncio.ensure_future(anext(make_provider().stream(request(), ctrl.signal, Retries())))
+    await body.stalled.wait()
+    ctrl.abort({"kind": "user"})
+
+    with pytest.raises(Aborted):
+        await asyncio.wait_for(pending, 10)  # a loud backstop only: the abort ends it at once
+    assert body.closed and body.unwound and not body.never.is_set()
