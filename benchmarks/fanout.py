@@ -41,9 +41,9 @@ def transcript(n: int) -> dict:
 def child(n: int, fsync: bool) -> None:
     import asyncio
 
-    from loader.config import compose
-    from loader.headless import RunRequest, run_tree
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.headless import RunRequest, run_tree
+    from dsh.loader.transcripts import load_transcript
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fanout.yaml"

@@ -32,10 +32,10 @@ from typing import Any
 import httpx
 import respx
 
-from loader.agent import Agent, AgentOptions, user_message
-from loader.models import ModelProvider, OpenAICompatibleProvider, ReplayProvider
-from loader.session import SessionStore, make_header
-from loader.transcripts import load_transcript
+from dsh.loader.agent import Agent, AgentOptions, user_message
+from dsh.loader.models import ModelProvider, OpenAICompatibleProvider, ReplayProvider
+from dsh.loader.session import SessionStore, make_header
+from dsh.loader.transcripts import load_transcript
 
 BASE = "https://llm.bench.test"
 URL = f"{BASE}/chat/completions"

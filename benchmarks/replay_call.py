@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from loader.agent import Agent, AgentOptions, user_message
-from loader.models import ReplayProvider
-from loader.session import SessionStore, make_header
-from loader.transcripts import load_transcript
+from dsh.loader.agent import Agent, AgentOptions, user_message
+from dsh.loader.models import ReplayProvider
+from dsh.loader.session import SessionStore, make_header
+from dsh.loader.transcripts import load_transcript
 
 
 async def measure(calls: int, fsync: bool, batch_delay_ms: int) -> list[float]:

@@ -51,7 +51,7 @@ def start_run(work: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     script.write_text(json.dumps(HANG))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import entry; entry()", "run", "--json", "--transcript", str(script),
+        [sys.executable, "-c", "from dsh.cli.main import entry; entry()", "run", "--json", "--transcript", str(script),
          "--home", str(work / "h")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
     )
@@ -168,7 +168,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="dsh-load-", dir="/tmp"))
     proc, root, child = start_run(work)
     try:
-        from loader.host import socket_path
+        from dsh.loader.host import socket_path
 
         path = str(socket_path(work / "h", root))
         fds_before = open_fds(proc.pid)

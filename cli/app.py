@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli import config_cmd, control, fastpath, flow, run, sessions
-from cli.helptext import EPILOGS, HOME_DEFAULT, default
+from dsh.cli import config_cmd, control, fastpath, flow, run, sessions
+from dsh.cli.helptext import EPILOGS, HOME_DEFAULT, default
 
 app = typer.Typer(
     name="dsh",

@@ -17,7 +17,7 @@ __all__ = ["fail", "resolve_home", "resolve_writable_home", "say", "warn"]
 def resolve_home(home: Path | None) -> Path:
     """`--home` wins, then `$DSH_HOME`, then `~/.dsh` (§5.1). A home that exists but is not a
     directory is refused here, in one line with exit 2, before any command looks inside it."""
-    from loader.homedir import HomeUnusable, check_home_readable  # stdlib-only
+    from dsh.loader.homedir import HomeUnusable, check_home_readable  # stdlib-only
 
     if home is None:
         env = os.environ.get("DSH_HOME")
@@ -31,7 +31,7 @@ def resolve_home(home: Path | None) -> Path:
 def resolve_writable_home(home: Path | None) -> Path:
     """`resolve_home` for a command that writes (`dsh run`): a home it cannot write under is refused
     in one line with exit 2 instead of an `OSError` from the store."""
-    from loader.homedir import HomeUnusable, check_home_writable
+    from dsh.loader.homedir import HomeUnusable, check_home_writable
 
     try:
         return check_home_writable(resolve_home(home))

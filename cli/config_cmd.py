@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import fail, say
-from cli.helptext import EPILOGS, PROFILE_DEFAULT, default
-from cli.flags import (
+from dsh.cli.common import fail, say
+from dsh.cli.helptext import EPILOGS, PROFILE_DEFAULT, default
+from dsh.cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
     MaxRequestsOption,
@@ -54,9 +54,9 @@ def show(
 ) -> None:
     """Print the configuration a run would use, and where each value came from (the run flags
     show as `flag --model` etc.)."""
-    from loader.config import compose
-    from loader.errors import DshError
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.errors import DshError
+    from dsh.loader.transcripts import load_transcript
 
     try:
         script = load_transcript(transcript) if transcript is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cli.common import fail, resolve_home, say
+from dsh.cli.common import fail, resolve_home, say
 
 
 def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
@@ -18,9 +18,9 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
 
     Exit codes (§19): 2 for a bad address, an unknown child or one the saved headers do not place
     under that parent; 1 for refusals and RPC failures."""
-    from loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
-    from loader.host.protocol import RpcError
-    from loader.texts import render
+    from dsh.loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
+    from dsh.loader.host.protocol import RpcError
+    from dsh.loader.texts import render
 
     root_dir = resolve_home(home)
     try:
@@ -42,7 +42,7 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any]) 
 
 def interrupt(address: str, home: Path | None) -> None:
     """Stop a background subagent's current turn; its queued messages are kept."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     child, result = _call(address, home, "subagent.interrupt", {})
     # No live run: nothing is running there to stop, which is an accepted no-op (exit 0).
@@ -51,7 +51,7 @@ def interrupt(address: str, home: Path | None) -> None:
 
 def send(address: str, message: str, home: Path | None) -> None:
     """Queue a follow-up for a background subagent of a live run; prints the message id."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     child, result = _call(address, home, "subagent.prompt", {"message": message})
     if result is None:

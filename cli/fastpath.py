@@ -28,7 +28,7 @@ import gc
 import os
 import sys
 
-import cli
+from dsh import cli
 
 TYPE_CHECKING = False  # see cli.main: `dsh --version` imports neither typing nor pathlib
 if TYPE_CHECKING:
@@ -115,13 +115,13 @@ def _parse(args: Sequence[str], arity: int) -> tuple[list[str], Path | None] | N
 
 
 def _interrupt(address: str, home: Path | None) -> None:
-    from cli.control import interrupt
+    from dsh.cli.control import interrupt
 
     interrupt(address, home)
 
 
 def _send(address: str, message: str, home: Path | None) -> None:
-    from cli.control import send
+    from dsh.cli.control import send
 
     send(address, message, home)
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from cli.helptext import default
+from dsh.cli.helptext import default
 
 if TYPE_CHECKING:
-    from loader.config import Layer
+    from dsh.loader.config import Layer
 
 __all__ = [
     "AppendSystemPromptOption",
@@ -73,7 +73,7 @@ def config_flags(
     max_tokens: int | None = None,
 ) -> list[Layer]:
     """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
-    from loader.config import flag_layer  # config (pydantic) only once a command composes one
+    from dsh.loader.config import flag_layer  # config (pydantic) only once a command composes one
     given: dict[str, object | None] = {
         "--model": model,
         "--append-system-prompt": append_system_prompt,

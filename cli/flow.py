@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import fail, warn
+from dsh.cli.common import fail, warn
 
 
 def flow(
@@ -34,9 +34,9 @@ def flow(
     """Run each TRANSCRIPT under the test profile in a temporary home; print or check its flow YAML."""
     import asyncio
 
-    from loader.errors import DshError
-    from loader.testing import FlowsDiffer, TranscriptViolation, arun_flows, check_repeats, plan_flow
-    from loader.testing.snapshots import ci_is_read_only
+    from dsh.loader.errors import DshError
+    from dsh.loader.testing import FlowsDiffer, TranscriptViolation, arun_flows, check_repeats, plan_flow
+    from dsh.loader.testing.snapshots import ci_is_read_only
 
     if update and check is None:
         fail("--update needs --check DIR", 2)
@@ -79,7 +79,7 @@ def flow(
 
 
 def _check(flows: dict[str, str], directory: Path, *, update: bool, broken: bool) -> None:
-    from loader.testing.snapshots import check_snapshots
+    from dsh.loader.testing.snapshots import check_snapshots
 
     report = check_snapshots(flows, directory, update=update)
     for diff in report.diffs.values():

@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 __all__ = ["LiveTree", "Row"]
 

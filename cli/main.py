@@ -3,7 +3,7 @@
 The Typer app lives in `cli.app` and is built only when a command needs it: `entry` first asks
 `cli.fastpath` whether the argument vector is one it answers alone (`--version`, and `interrupt` /
 `send` with their two or three arguments), so stopping a child from another terminal pays for neither
-typer nor pydantic (issue 13). `from cli.main import app` still works (module `__getattr__`).
+typer nor pydantic (issue 13). `from dsh.cli.main import app` still works (module `__getattr__`).
 
 `guard` is issue 15 item 6. Every expected failure is a typed error that a command turns into one
 line and a documented exit code; anything else is a dsh bug, and the user gets
@@ -69,12 +69,12 @@ def _saved(text: str) -> str:
 
 def entry() -> None:
     """The `dsh` console script: the fast path when it applies, else the Typer app; then a prompt exit."""
-    from cli import fastpath
+    from dsh.cli import fastpath
 
     fastpath.pause_gc()  # until the command has imported what it needs (cli.fastpath.started)
     call = fastpath.plan(sys.argv[1:], os.environ)
     if call is None:
-        from cli.app import app
+        from dsh.cli.app import app
 
         call = app
     try:
@@ -86,10 +86,10 @@ def entry() -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "app":  # the Typer app, built on first use (tests and `python -c` callers)
-        from cli.app import app
+        from dsh.cli.app import app
 
         return app
-    raise AttributeError(f"module 'cli.main' has no attribute {name!r}")
+    raise AttributeError(f"module 'dsh.cli.main' has no attribute {name!r}")
 
 
 if TYPE_CHECKING:

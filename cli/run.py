@@ -15,9 +15,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_writable_home, say, warn
-from cli.helptext import HOME_DEFAULT, PROFILE_DEFAULT, default
-from cli.flags import (
+from dsh.cli.common import fail, resolve_writable_home, say, warn
+from dsh.cli.helptext import HOME_DEFAULT, PROFILE_DEFAULT, default
+from dsh.cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
     MaxRequestsOption,
@@ -68,11 +68,11 @@ def run(
     import asyncio
     import signal
 
-    from loader.config import compose
-    from loader.errors import ConfigError, DshError
-    from loader.headless import RunRequest, RunSinks, run_tree
-    from loader.texts import TEXTS
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose
+    from dsh.loader.errors import ConfigError, DshError
+    from dsh.loader.headless import RunRequest, RunSinks, run_tree
+    from dsh.loader.texts import TEXTS
+    from dsh.loader.transcripts import load_transcript
 
     if task == "-":
         task = _task_from_stdin()
@@ -91,7 +91,7 @@ def run(
     try:
         script = load_transcript(transcript) if transcript is not None else None
         if script is not None:
-            from loader.tools import lint_transcript
+            from dsh.loader.tools import lint_transcript
 
             lint_transcript(script)
         if script is not None and task is not None:
@@ -109,7 +109,7 @@ def run(
     if resume == "last":
         resume = _newest_root(run_home)
     if script is not None and script.spec.fences and not composed.fences_allowed:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         fail(render("T-CLI-FENCES", file=script.path), 2)
 
@@ -127,7 +127,7 @@ def run(
 
     sinks = RunSinks(on_warning=warn)
     if json_output:
-        from loader.ndjson import RecordStream
+        from dsh.loader.ndjson import RecordStream
 
         sinks.records = RecordStream(emit)
     live = None if quiet or not sys.stderr.isatty() else _live_tree(sinks)
@@ -157,7 +157,7 @@ def run(
         )
         return await run_tree(request)
 
-    from cli.fastpath import started
+    from dsh.cli.fastpath import started
 
     _warnings_to_stderr()
     started()  # the runtime is imported: freeze it and collect garbage again from here on
@@ -183,13 +183,13 @@ def run(
     if output_last_message is not None and not _write_last_message(output_last_message, result.output):
         exit_code = exit_code or 1  # the answer a pipeline asked for is missing: not a success
     if result.released:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         warn(render("T-CLI-RELEASED", ids=", ".join(result.released)))
     for v in result.violations:
         warn(f"dsh: {v['code']}" + (f" [{v['agent']}]" if v.get("agent") else "") + f": {v.get('message', '')}")
     if result.stop_reason == "error" and result.error:
-        from loader.texts import render
+        from dsh.loader.texts import render
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
@@ -201,7 +201,7 @@ def _warnings_to_stderr() -> None:
     them bare. Installed once per process (CliRunner runs many commands in one)."""
     import logging
 
-    runtime = logging.getLogger("loader")
+    runtime = logging.getLogger("dsh.loader")
     if any(getattr(h, "dsh_lines", False) for h in runtime.handlers):
         return
 
@@ -226,8 +226,8 @@ def _flag_value_hint(task: str) -> str | None:
 
 def _profile_label(path: Path) -> str:
     """A shipped profile by its name (`default`), any other by the path it was given as."""
-    from loader.errors import DshError
-    from loader.shipped import shipped_dir
+    from dsh.loader.errors import DshError
+    from dsh.loader.shipped import shipped_dir
 
     try:
         shipped = path.resolve().parent == shipped_dir("profiles").resolve()
@@ -246,7 +246,7 @@ def _task_from_stdin() -> str:
 
 def _newest_root(home: Path) -> str:
     """`--resume last`: the root session (no parent) created last in `home`; ties by id."""
-    from cli.sessions import _headers
+    from dsh.cli.sessions import _headers
 
     roots = [(h.get("createdAt") or 0, sid) for sid, h in _headers(home).items() if not h.get("parentSession")]
     if not roots:
@@ -283,7 +283,7 @@ def _live_tree(sinks: Any) -> Any:
     """The live tree on stderr (issue 11 item 2), fed by the run's sinks; stdout is never touched."""
     from rich.console import Console  # deferred: only a TTY run pays for rich; rich honours NO_COLOR
 
-    from cli.live import LiveTree
+    from dsh.cli.live import LiveTree
 
     live = LiveTree(Console(stderr=True, highlight=False))
     sinks.on_agent, sinks.on_event, sinks.on_lifecycle = live.agent, live.event, live.lifecycle

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cli.common import fail, resolve_home, say, warn
-from cli.helptext import EPILOGS, HOME_DEFAULT, default
+from dsh.cli.common import fail, resolve_home, say, warn
+from dsh.cli.helptext import EPILOGS, HOME_DEFAULT, default
 
 app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -32,8 +32,8 @@ def _headers(home: Path) -> dict[str, dict[str, Any]]:
     sessions = home / "sessions"
     if not sessions.is_dir():
         return headers
-    from loader.errors import DshError
-    from loader.session import open_regular
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import open_regular
 
     for path in sorted(sessions.glob("*/session.jsonl")):
         try:  # never a FIFO (it would hang) nor a symlink out of the home (issue 15 items 1, 4)
@@ -72,7 +72,7 @@ class _Liveness:
 
     def status(self, root_id: str) -> dict[str, Any] | None:
         if root_id not in self._cache:
-            from loader.host.client import call_sync
+            from dsh.loader.host.client import call_sync
 
             try:
                 self._cache[root_id] = call_sync(self.home, root_id, "run.status", {}, timeout=2)
@@ -82,10 +82,10 @@ class _Liveness:
 
 
 def _read(home: Path, session_id: str) -> Any:
-    from loader.errors import DshError
-    from loader.ids import check_session_id
-    from loader.session import read
-    from loader.texts import render
+    from dsh.loader.errors import DshError
+    from dsh.loader.ids import check_session_id
+    from dsh.loader.session import read
+    from dsh.loader.texts import render
 
     try:
         check_session_id(session_id)  # before the id becomes a path (issue 15 items 5, 6)
@@ -110,8 +110,8 @@ def list_sessions(home: HomeOption = None, json_output: JsonOption = False) -> N
     `unmaterialized` row per directory a crash left before its header was published."""
     from datetime import datetime, timezone
 
-    from loader.errors import DshError
-    from loader.session import read, unmaterialized_ids
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import read, unmaterialized_ids
 
     root_dir = resolve_home(home)
     headers = _headers(root_dir)
@@ -220,9 +220,9 @@ def tree(
     json_output: JsonOption = False,
 ) -> None:
     """Descendants with label, mode, last stop reason and live status."""
-    from loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
-    from loader.errors import DshError
-    from loader.session import read
+    from dsh.loader.agent import epoch_stop_reason, fold_consumed_work, one_shot_stop_reason
+    from dsh.loader.errors import DshError
+    from dsh.loader.session import read
 
     root_dir = resolve_home(home)
     _read(root_dir, session_id)
@@ -274,8 +274,8 @@ def prune(
     home: HomeOption = None,
 ) -> None:
     """Remove never-materialized session directories; prints one line per directory."""
-    from loader.session import prune_unmaterialized
-    from loader.texts import render
+    from dsh.loader.session import prune_unmaterialized
+    from dsh.loader.texts import render
 
     if not unmaterialized:
         fail(render("T-CLI-PRUNE-NEEDS-KIND"), 2)

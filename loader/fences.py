@@ -12,13 +12,13 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from loader.agent import Agent, Idle, PreStep
-from loader.errors import CheckpointError, DshError
-from loader.transcripts.fence_schema import Condition, Fence
+from dsh.loader.agent import Agent, Idle, PreStep
+from dsh.loader.errors import CheckpointError, DshError
+from dsh.loader.transcripts.fence_schema import Condition, Fence
 
 if TYPE_CHECKING:
-    from loader.tree import Tree
-    from loader.models import ReplayProvider
+    from dsh.loader.tree import Tree
+    from dsh.loader.models import ReplayProvider
 
 __all__ = ["FenceTimeout", "Fences"]
 

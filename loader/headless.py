@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from loader.agent import Agent, AgentOptions, run_outcome, user_message
-from loader.config import Config
-from loader.errors import ConfigError, DshError
-from loader.fences import Fences
-from loader.models import ModelProvider, ReplayProvider
-from loader.models.budget import RunBudget, RunLimits
-from loader.subagents import ManagerConfig
-from loader.texts import render
-from loader.ndjson import base_url_host, dsh_version, record
-from loader.session import SessionStore
-from loader.sinks import ChildLedger, RunSinks, UsageLedger, attach_sinks, waiting_entries
-from loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
-from loader.transcripts import Transcript
+from dsh.loader.agent import Agent, AgentOptions, run_outcome, user_message
+from dsh.loader.config import Config
+from dsh.loader.errors import ConfigError, DshError
+from dsh.loader.fences import Fences
+from dsh.loader.models import ModelProvider, ReplayProvider
+from dsh.loader.models.budget import RunBudget, RunLimits
+from dsh.loader.subagents import ManagerConfig
+from dsh.loader.texts import render
+from dsh.loader.ndjson import base_url_host, dsh_version, record
+from dsh.loader.session import SessionStore
+from dsh.loader.sinks import ChildLedger, RunSinks, UsageLedger, attach_sinks, waiting_entries
+from dsh.loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
+from dsh.loader.transcripts import Transcript
 
 __all__ = [
     "EXIT_CODES",
@@ -129,15 +129,15 @@ def _build_provider(request: RunRequest) -> ModelProvider:
     model = request.config.model
     if model.provider == "replay":
         raise ConfigError("model.provider is replay, which needs --transcript", code="CONFIG_INVALID")
-    from loader.models import OpenAICompatibleProvider, Recorder
+    from dsh.loader.models import OpenAICompatibleProvider, Recorder
 
     live: ModelProvider = OpenAICompatibleProvider.from_env(model, os.environ)
     return Recorder(live) if request.record is not None else live
 
 
 def _write_recording(request: RunRequest, provider: ModelProvider, task: str | None, tree: Tree) -> None:
-    from loader.models import Recorder
-    from loader.models.recorder import secrets_from_env
+    from dsh.loader.models import Recorder
+    from dsh.loader.models.recorder import secrets_from_env
 
     if request.record is None or not isinstance(provider, Recorder) or task is None:
         return
@@ -217,7 +217,7 @@ async def run_tree(request: RunRequest) -> RunResult:
     state = _RunState()
     server = None
     if request.serve_control:
-        from loader.host.server import ControlServer
+        from dsh.loader.host.server import ControlServer
 
         server = ControlServer(tree, root, state=lambda: state.public(tree, root))
         try:

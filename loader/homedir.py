@@ -24,8 +24,8 @@ import os
 import stat
 from pathlib import Path
 
-from loader.errors import DshError
-from loader.texts import render
+from dsh.loader.errors import DshError
+from dsh.loader.texts import render
 
 __all__ = ["HomeUnusable", "check_home_readable", "check_home_writable", "check_trusted_dir", "unsafe_dir_problem"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from loader.errors import DshError
+from dsh.loader.errors import DshError
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 __all__ = ["did_you_mean", "in_position_order", "unknown_key_problem", "valid_keys_at"]
 

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from loader.errors import ConfigError
+from dsh.loader.errors import ConfigError
 
 __all__ = ["ShippedKind", "available_names", "resolve_name", "shipped_dir"]
 
@@ -21,7 +21,7 @@ _SHIPPED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def shipped_dir(kind: ShippedKind) -> Path:
-    packaged = Path(str(resources.files("loader"))) / "_shipped" / kind
+    packaged = Path(str(resources.files("dsh.loader"))) / "_shipped" / kind
     if packaged.is_dir():
         return packaged
     here = Path(__file__).resolve().parent

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.agent import Agent
-from loader.ndjson import RecordStream, parked_entry, record, retry_record
-from loader.tree import Tree
+from dsh.loader.agent import Agent
+from dsh.loader.ndjson import RecordStream, parked_entry, record, retry_record
+from dsh.loader.tree import Tree
 
 __all__ = ["ChildLedger", "RunSinks", "UsageLedger", "attach_sinks", "label_of", "waiting_entries"]
 

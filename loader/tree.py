@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from loader.agent import Agent, AgentOptions, AgentRegistry, Idle
-from loader.errors import ConfigError, SessionError
-from loader.ids import new_root_id
-from loader.models import ModelProvider
-from loader.models.budget import BudgetedProvider, RunBudget
-from loader.session import Session, SessionStore, make_header
-from loader.subagents import (
+from dsh.loader.agent import Agent, AgentOptions, AgentRegistry, Idle
+from dsh.loader.errors import ConfigError, SessionError
+from dsh.loader.ids import new_root_id
+from dsh.loader.models import ModelProvider
+from dsh.loader.models.budget import BudgetedProvider, RunBudget
+from dsh.loader.session import Session, SessionStore, make_header
+from dsh.loader.subagents import (
     Catalogue,
     ContinuationManager,
     ManagerConfig,
@@ -33,8 +33,8 @@ from loader.subagents import (
     state_of,
     turn_cut_off,
 )
-from loader.texts import render
-from loader.tools import tools_for
+from dsh.loader.texts import render
+from dsh.loader.tools import tools_for
 
 __all__ = ["Quiescence", "Tree", "quiescence", "refuse_child_resume"]
 

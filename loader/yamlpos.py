@@ -39,7 +39,7 @@ from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.tag import Tag
 
-from loader.inputfile import InputRefused, read_input
+from dsh.loader.inputfile import InputRefused, read_input
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "Loc", "YamlProblem", "key_path", "load_yaml_with_marks", "locate", "plain"]
 

@@ -55,7 +55,7 @@ INVARIANTS = ("unloadable", "claimed_missing", "entered_twice", "notice_count", 
 EXIT_BACKSTOP = 120.0  # loud backstop only; a run returns by exiting
 
 _SCRIPT = Path(sys.executable).with_name("dsh")
-DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from cli.main import app; app()"]
+DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from dsh.cli.main import app; app()"]
 
 
 @dataclass
@@ -136,7 +136,7 @@ def trial(seed: int, records: int, workdir: Path, *, moment: int | None = None, 
 
 
 def find_root(home: Path) -> str | None:
-    from loader.session import read
+    from dsh.loader.session import read
 
     for path in sorted((home / "sessions").glob("*/session.jsonl")):
         try:
@@ -161,8 +161,8 @@ def check_resume(t: Trial, code: int, stderr: str) -> None:
 
 
 def check_logs(t: Trial, home: Path, root_id: str) -> None:
-    from loader.errors import SessionError
-    from loader.session import read
+    from dsh.loader.errors import SessionError
+    from dsh.loader.session import read
 
     logs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for directory in sorted((home / "sessions").iterdir()):
@@ -233,8 +233,8 @@ def claim_facts(events: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def notice_facts(t: Trial, logs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]) -> int:
-    from loader.subagents import notice_id
-    from loader.subagents.epochs import epochs_of
+    from dsh.loader.subagents import notice_id
+    from dsh.loader.subagents.epochs import epochs_of
 
     bad = 0
     for sid, (header, events) in logs.items():

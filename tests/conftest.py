@@ -15,10 +15,10 @@ import pytest
 import respx
 from home_kit import validate_home
 
-from loader.agent import Agent, AgentOptions, AgentRegistry
-from loader.models import ModelRequest, ReplayProvider
-from loader.session import SessionStore, make_header
-from loader.transcripts import load_transcript
+from dsh.loader.agent import Agent, AgentOptions, AgentRegistry
+from dsh.loader.models import ModelRequest, ReplayProvider
+from dsh.loader.session import SessionStore, make_header
+from dsh.loader.transcripts import load_transcript
 
 
 @pytest.fixture(autouse=True)
@@ -145,8 +145,8 @@ async def make_tree(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
     """Build a `Tree` (the runner's own runtime objects) over a replay script given as a dict of
     transcript agents. `tree.provider` is a `CountingProvider`; `tree.provider.inner` the replay.
     Every tree is shut down at teardown (drains included), then the home's logs are validated."""
-    from loader.headless import Tree
-    from loader.subagents import ManagerConfig
+    from dsh.loader.headless import Tree
+    from dsh.loader.subagents import ManagerConfig
 
     trees: list[Any] = []
 
@@ -181,7 +181,8 @@ async def make_tree(home: Path, tmp_path: Path) -> AsyncIterator[Any]:
 def threaded_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replay runs with the store's I/O back in worker threads (as before issue 10), so a transcript
     with a real race gives differing flows: the way to see `--repeat` and `repeat=` report one."""
-    import loader.tree
+    import dsh.loader.tree
+    from dsh import loader
 
     class ThreadedStore(SessionStore):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

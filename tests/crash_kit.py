@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loader.session import make_header, read
-from loader.subagents import EPOCH_EVENT, notice_id
+from dsh.loader.session import make_header, read
+from dsh.loader.subagents import EPOCH_EVENT, notice_id
 
 ROOT = "session-11111111-1111-4111-8111-111111111111"
 CHILD = "22222222-2222-4222-8222-222222222222"
@@ -97,7 +97,7 @@ class Log:
 
 def notice(child_id: str, epoch: int, text: str) -> dict[str, Any]:
     """The notice the runtime sends for a completed epoch (its content as the runtime renders it)."""
-    from loader.subagents import settlement_message
+    from dsh.loader.subagents import settlement_message
 
     return settlement_message(child_id, "completed", [{"type": "text", "text": text}], epoch=epoch)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loader.session import is_unmaterialized, read, validate_log
+from dsh.loader.session import is_unmaterialized, read, validate_log
 
 
 def validate_home(home: Path) -> int:

@@ -23,11 +23,11 @@ from typing import Any
 
 from home_kit import validate_home
 
-from loader.config import compose
-from loader.headless import RunRequest, RunResult, RunSinks, run_tree
-from loader.models import ModelRequest, ReplayProvider
-from loader.testing import Flow, normalize, project
-from loader.transcripts import Transcript, load_transcript
+from dsh.loader.config import compose
+from dsh.loader.headless import RunRequest, RunResult, RunSinks, run_tree
+from dsh.loader.models import ModelRequest, ReplayProvider
+from dsh.loader.testing import Flow, normalize, project
+from dsh.loader.transcripts import Transcript, load_transcript
 
 BACKSTOP_SECONDS = 30.0
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from run_kit import SCENARIOS
 
-from loader.shipped import available_names
+from dsh.loader.shipped import available_names
 
 RUNS = 50
 UNATTENDED = ["hello", *SCENARIOS]

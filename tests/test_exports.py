@@ -7,13 +7,13 @@ import importlib
 import pytest
 
 SURFACES = {
-    "loader.agent": [
+    "dsh.loader.agent": [
         "Agent", "AgentOptions", "AgentRegistry", "FoldResult", "Idle", "Inbox", "MISSING", "Maintenance",
         "Message", "PreStep", "RunOutcome", "Running", "STOP_REASONS", "StopReason", "Target", "Tool",
         "ToolExec", "ToolOutput", "epoch_stop_reason", "final_output", "fold_consumed_work",
         "one_shot_stop_reason", "run_outcome", "text_block", "text_of", "tool_result_message", "user_message",
     ],
-    "loader.subagents": [
+    "dsh.loader.subagents": [
         "Activation", "AgentFactory", "AncestorAuthority", "Authority", "Catalogue", "CatalogueEntry",
         "ChildLock", "ContinuationManager", "ManagerConfig", "Materialization", "OneShotResult",
         "UserAuthority", "dispose", "drain", "drain_children", "drain_descendants", "interrupt",
@@ -23,16 +23,16 @@ SURFACES = {
         "EPOCH_EVENT", "continuation_message", "holds_message", "notice_id", "plan_recovery", "recover",
         "scan_tree", "turn_cut_off",
     ],
-    "loader.tools": [
+    "dsh.loader.tools": [
         "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "TOOL_PARAMETERS",
         "lint_transcript", "tools_for",
     ],
-    "loader.session": [
+    "dsh.loader.session": [
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "PruneOutcome", "REQUEUED", "ReadResult", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
         "make_header", "open_regular", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
     ],
-    "loader.headless": [
+    "dsh.loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",
         "quiescence", "run_tree",
     ],

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from loader.config import Config
-from loader.errors import ConfigError
-from loader.headless import RunRequest, run_tree
-from loader.testing import TranscriptViolation
-from loader.texts import render
-from loader.transcripts import load_transcript
+from dsh.cli.main import app
+from dsh.loader.config import Config
+from dsh.loader.errors import ConfigError
+from dsh.loader.headless import RunRequest, run_tree
+from dsh.loader.testing import TranscriptViolation
+from dsh.loader.texts import render
+from dsh.loader.transcripts import load_transcript
 from run_kit import run_timeline
 
 

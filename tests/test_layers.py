@@ -102,16 +102,16 @@ def test_every_import_in_loader_and_cli_points_down_the_layers():
 def test_host_reaches_tree_directly_not_through_headless():
     """The circle this file was written for: host → headless → host."""
     host = [p for p in sources() if unit_of_path(p) == "host"]
-    assert [m for p in host for _, m in imports_of(p) if m.startswith("loader.headless")] == []
+    assert [m for p in host for _, m in imports_of(p) if m.startswith("dsh.loader.headless")] == []
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        pytest.param("from loader.headless import Tree\n", id="module-level"),
-        pytest.param("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loader.headless import Tree\n",
+        pytest.param("from dsh.loader.headless import Tree\n", id="module-level"),
+        pytest.param("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dsh.loader.headless import Tree\n",
                      id="type-only"),
-        pytest.param("def f():\n    import loader.fences\n", id="lazy-same-rank"),
+        pytest.param("def f():\n    import dsh.loader.fences\n", id="lazy-same-rank"),
     ],
 )
 def test_the_walk_flags_an_upward_import(tmp_path, source):
@@ -126,7 +126,7 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter
 # each, so a cycle that a warm `sys.modules` would hide fails as an ImportError here.
 # The AST walk above covers the rest; these are the ends the agent/loop and host/headless circles had.
-FIRST_IMPORTS = ["loader.agent.loop", "loader.agent.phase", "loader.host.server", "loader.models.function"]
+FIRST_IMPORTS = ["dsh.loader.agent.loop", "dsh.loader.agent.phase", "dsh.loader.host.server", "dsh.loader.models.function"]
 
 
 def test_each_module_imports_first_in_a_fresh_interpreter():

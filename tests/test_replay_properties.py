@@ -24,7 +24,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader.testing import TranscriptViolation, arun_flows, check_repeats, plan_flow
+from dsh.loader.testing import TranscriptViolation, arun_flows, check_repeats, plan_flow
 
 REPLAYS = 10
 KINDS = ("text", "report", "error", "max-tokens", "hang", "grandchild")

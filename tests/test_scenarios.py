@@ -22,9 +22,9 @@ import pytest
 from run_kit import SCENARIOS, run_timeline
 from typer.testing import CliRunner
 
-from cli.main import app
-from loader.config import compose
-from loader.transcripts import load_transcript
+from dsh.cli.main import app
+from dsh.loader.config import compose
+from dsh.loader.transcripts import load_transcript
 
 
 # -- reading a flow ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import string
 
 import pytest
 
-from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 # §12.3 tool descriptions
 SPEC_TOOL_DESCRIPTIONS = {

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from loader.abort import AbortController, AbortSignal
-from loader.agent import Agent, PreStep, text_of
-from loader.session import FileIO, read
+from dsh.loader.abort import AbortController, AbortSignal
+from dsh.loader.agent import Agent, PreStep, text_of
+from dsh.loader.session import FileIO, read
 
 T = TypeVar("T")
 Events = list[dict[str, Any]]

@@ -1,7 +1,7 @@
 """Agent core (SPEC §6, §7): phases, inbox, driver, turns, steps, tools, fold."""
 
-from loader.agent.agent import Agent, AgentOptions
-from loader.agent.fold import (
+from dsh.loader.agent.agent import Agent, AgentOptions
+from dsh.loader.agent.fold import (
     MISSING,
     STOP_REASONS,
     FoldResult,
@@ -13,11 +13,11 @@ from loader.agent.fold import (
     one_shot_stop_reason,
     run_outcome,
 )
-from loader.agent.inbox import Inbox, Message, Target
-from loader.agent.messages import text_block, text_of, tool_result_message, user_message
-from loader.agent.phase import Idle, Maintenance, PreStep, Running
-from loader.agent.registry import AgentRegistry
-from loader.agent.tooling import Tool, ToolExec, ToolOutput
+from dsh.loader.agent.inbox import Inbox, Message, Target
+from dsh.loader.agent.messages import text_block, text_of, tool_result_message, user_message
+from dsh.loader.agent.phase import Idle, Maintenance, PreStep, Running
+from dsh.loader.agent.registry import AgentRegistry
+from dsh.loader.agent.tooling import Tool, ToolExec, ToolOutput
 
 __all__ = [
     "MISSING",

@@ -20,20 +20,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from loader.abort import AbortController, AbortSignal, CancelCause
-from loader.agent.inbox import Inbox, Message, Target
-from loader.agent.loop import drive, open_turn
-from loader.agent.phase import Idle, Maintenance, Phase, PreStep, Running
-from loader.agent.tooling import Tool
-from loader.emitter import Emitter, Waterfall
-from loader.errors import AgentBusy
-from loader.session import Session
-from loader.texts import TEXTS
+from dsh.loader.abort import AbortController, AbortSignal, CancelCause
+from dsh.loader.agent.inbox import Inbox, Message, Target
+from dsh.loader.agent.loop import drive, open_turn
+from dsh.loader.agent.phase import Idle, Maintenance, Phase, PreStep, Running
+from dsh.loader.agent.tooling import Tool
+from dsh.loader.emitter import Emitter, Waterfall
+from dsh.loader.errors import AgentBusy
+from dsh.loader.session import Session
+from dsh.loader.texts import TEXTS
 
 if TYPE_CHECKING:
-    from loader.agent.registry import AgentRegistry
-    from loader.models import ModelProvider
-    from loader.session import SessionStore
+    from dsh.loader.agent.registry import AgentRegistry
+    from dsh.loader.models import ModelProvider
+    from dsh.loader.session import SessionStore
 
 __all__ = ["Agent", "AgentOptions", "Idle", "Maintenance", "PreStep", "Running"]  # phases re-exported from phase.py
 

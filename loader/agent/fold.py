@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loader.session import REQUEUED, Event
+from dsh.loader.session import REQUEUED, Event
 
 __all__ = [
     "MISSING",

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypedDict, cast
 
-from loader.emitter import Emitter
-from loader.errors import InboxError
-from loader.session import Event, Session, replay_inbox
-from loader.texts import render
+from dsh.loader.emitter import Emitter
+from dsh.loader.errors import InboxError
+from dsh.loader.session import Event, Session, replay_inbox
+from dsh.loader.texts import render
 
 __all__ = ["Inbox", "Message", "Target"]
 

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from pydantic import BaseModel
 
-from loader.abort import AbortController, Aborted, AbortSignal
-from loader.agent.inbox import Message, Target
-from loader.agent.phase import PreStep, Running
-from loader.agent.tool_exec import execute_tools
-from loader.errors import DshError, ProviderError, StepLimit, error_chain
-from loader.ids import new_message_id
-from loader.models import Assembler, ModelRequest
-from loader.session import ErrorData, TurnEnd
+from dsh.loader.abort import AbortController, Aborted, AbortSignal
+from dsh.loader.agent.inbox import Message, Target
+from dsh.loader.agent.phase import PreStep, Running
+from dsh.loader.agent.tool_exec import execute_tools
+from dsh.loader.errors import DshError, ProviderError, StepLimit, error_chain
+from dsh.loader.ids import new_message_id
+from dsh.loader.models import Assembler, ModelRequest
+from dsh.loader.session import ErrorData, TurnEnd
 
 if TYPE_CHECKING:
-    from loader.agent.agent import Agent
+    from dsh.loader.agent.agent import Agent
 
 __all__ = ["OpenedTurn", "drive", "open_turn"]
 

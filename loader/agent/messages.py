@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loader.agent.inbox import Message
-from loader.ids import new_message_id
+from dsh.loader.agent.inbox import Message
+from dsh.loader.ids import new_message_id
 
 __all__ = ["text_block", "tool_result_message", "user_message", "text_of"]
 

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from loader.abort import AbortController, AbortSignal
-from loader.agent.inbox import Message
+from dsh.loader.abort import AbortController, AbortSignal
+from dsh.loader.agent.inbox import Message
 
 if TYPE_CHECKING:
-    from loader.agent.agent import Agent
+    from dsh.loader.agent.agent import Agent
 
 __all__ = ["Idle", "Maintenance", "Phase", "PreStep", "PreStepHook", "Running"]
 

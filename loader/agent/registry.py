@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from loader.emitter import Emitter
-from loader.errors import DshError
+from dsh.loader.emitter import Emitter
+from dsh.loader.errors import DshError
 
 if TYPE_CHECKING:
-    from loader.agent.agent import Agent
+    from dsh.loader.agent.agent import Agent
 
 __all__ = ["AgentRegistry"]
 

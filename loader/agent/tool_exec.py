@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from loader.abort import AbortSignal
-from loader.agent.inbox import Message
-from loader.agent.messages import tool_result_message
-from loader.agent.tooling import Tool, ToolExec, ToolOutput
-from loader.errors import CheckpointError, DshError, error_chain
-from loader.texts import TEXTS, render
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent.inbox import Message
+from dsh.loader.agent.messages import tool_result_message
+from dsh.loader.agent.tooling import Tool, ToolExec, ToolOutput
+from dsh.loader.errors import CheckpointError, DshError, error_chain
+from dsh.loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
-    from loader.agent.agent import Agent
+    from dsh.loader.agent.agent import Agent
 
 __all__ = ["execute_tools"]
 

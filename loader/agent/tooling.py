@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from loader.abort import AbortSignal
-from loader.agent.inbox import Message
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent.inbox import Message
 
 if TYPE_CHECKING:
-    from loader.agent.agent import Agent
+    from dsh.loader.agent.agent import Agent
 
 __all__ = ["Tool", "ToolExec", "ToolOutput"]
 

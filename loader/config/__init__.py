@@ -7,10 +7,10 @@ Built once by `headless` or `cli` and passed down as a frozen `Config`; nothing 
 
 from __future__ import annotations
 
-from loader.config._environment import DshEnvironment
-from loader.config._layers import Layer, deep_merge, flag_layer
-from loader.config.compose import ComposedConfig, compose
-from loader.config.schema import (
+from dsh.loader.config._environment import DshEnvironment
+from dsh.loader.config._layers import Layer, deep_merge, flag_layer
+from dsh.loader.config.compose import ComposedConfig, compose
+from dsh.loader.config.schema import (
     AgentConfig,
     Config,
     ModelConfig,

@@ -35,9 +35,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
-from loader.boundedjson import JsonProblem, loads_bounded
-from loader.config._layers import Layer
-from loader.config.schema import (
+from dsh.loader.boundedjson import JsonProblem, loads_bounded
+from dsh.loader.config._layers import Layer
+from dsh.loader.config.schema import (
     AgentConfig,
     Config,
     LimitsConfig,
@@ -47,7 +47,7 @@ from loader.config.schema import (
     SubagentsConfig,
     TestingConfig,
 )
-from loader.texts import render
+from dsh.loader.texts import render
 
 __all__ = ["ENV_PREFIX", "DshEnvironment", "env_layers", "env_profile"]
 

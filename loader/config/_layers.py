@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from loader.errors import ConfigError
-from loader.yamlpos import Loc, YamlProblem, load_yaml_with_marks, locate, plain
+from dsh.loader.errors import ConfigError
+from dsh.loader.yamlpos import Loc, YamlProblem, load_yaml_with_marks, locate, plain
 
 __all__ = ["Layer", "LayerKind", "Merged", "deep_merge", "file_layer", "flag_layer"]
 

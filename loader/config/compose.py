@@ -32,17 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from loader.config._environment import env_layers, env_profile
-from loader.config._layers import Layer, Merged, file_layer
-from loader.config._render import DEFAULT_SOURCE, render_yaml
-from loader.config.schema import Config
-from loader.errors import ConfigError
-from loader.problems import in_position_order, unknown_key_problem
-from loader.shipped import ShippedKind, resolve_name, shipped_dir
-from loader.yamlpos import Loc
+from dsh.loader.config._environment import env_layers, env_profile
+from dsh.loader.config._layers import Layer, Merged, file_layer
+from dsh.loader.config._render import DEFAULT_SOURCE, render_yaml
+from dsh.loader.config.schema import Config
+from dsh.loader.errors import ConfigError
+from dsh.loader.problems import in_position_order, unknown_key_problem
+from dsh.loader.shipped import ShippedKind, resolve_name, shipped_dir
+from dsh.loader.yamlpos import Loc
 
 if TYPE_CHECKING:
-    from loader.transcripts import Transcript
+    from dsh.loader.transcripts import Transcript
 
 __all__ = ["ComposedConfig", "compose"]
 

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from loader.texts import TEXTS
+from dsh.loader.texts import TEXTS
 
 __all__ = [
     "AgentConfig",

@@ -3,15 +3,15 @@ the run's subagents from another shell (`dsh interrupt`, `dsh send`, `dsh sessio
 
 Layering inside the package: `protocol` and `paths` are stdlib-only; `client` builds on them and
 stays stdlib-only (the CLI imports it at start-up); `methods` (pydantic, runtime) and `server` build
-on all of them. `ControlServer` is therefore re-exported lazily: `import loader.host` or
-`from loader.host import call_sync` must not pull in pydantic or the runtime.
+on all of them. `ControlServer` is therefore re-exported lazily: `import dsh.loader.host` or
+`from dsh.loader.host import call_sync` must not pull in pydantic or the runtime.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loader.host.client import (
+from dsh.loader.host.client import (
     BadAddress,
     NoLiveRun,
     RouteError,
@@ -23,11 +23,11 @@ from loader.host.client import (
     parse_address,
     route,
 )
-from loader.host.paths import socket_path
-from loader.host.protocol import MAX_LINE_BYTES, RpcError
+from dsh.loader.host.paths import socket_path
+from dsh.loader.host.protocol import MAX_LINE_BYTES, RpcError
 
 if TYPE_CHECKING:
-    from loader.host.server import ControlServer as ControlServer
+    from dsh.loader.host.server import ControlServer as ControlServer
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -49,7 +49,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "ControlServer":
-        from loader.host.server import ControlServer
+        from dsh.loader.host.server import ControlServer
 
         return ControlServer
-    raise AttributeError(f"module 'loader.host' has no attribute {name!r}")
+    raise AttributeError(f"module 'dsh.loader.host' has no attribute {name!r}")

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loader.errors import DshError
-from loader.host.paths import socket_path
-from loader.host.protocol import JSONRPC_VERSION, MAX_LINE_BYTES, RpcError
-from loader.ids import is_valid_session_id
-from loader.texts import render
+from dsh.loader.errors import DshError
+from dsh.loader.host.paths import socket_path
+from dsh.loader.host.protocol import JSONRPC_VERSION, MAX_LINE_BYTES, RpcError
+from dsh.loader.ids import is_valid_session_id
+from dsh.loader.texts import render
 
 __all__ = [
     "MAX_HOPS",

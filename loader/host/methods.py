@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from loader.abort import Aborted, AbortSignal
-from loader.errors import SubagentError
-from loader.host.protocol import (
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.errors import SubagentError
+from dsh.loader.host.protocol import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     RpcError,
@@ -34,12 +34,12 @@ from loader.host.protocol import (
     not_resumable,
     unauthorized,
 )
-from loader.ids import session_id_problem
-from loader.subagents import UserAuthority, interrupt, list_agents, status_of
+from dsh.loader.ids import session_id_problem
+from dsh.loader.subagents import UserAuthority, interrupt, list_agents, status_of
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.tree import Tree
+    from dsh.loader.agent import Agent
+    from dsh.loader.tree import Tree
 
 __all__ = [
     "InterruptParams",

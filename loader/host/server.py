@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loader.abort import AbortController
-from loader.boundedjson import JsonProblem, loads_bounded
-from loader.errors import DshError
-from loader.host.methods import Methods, RunState
-from loader.host.paths import socket_path
-from loader.host.protocol import (
+from dsh.loader.abort import AbortController
+from dsh.loader.boundedjson import JsonProblem, loads_bounded
+from dsh.loader.errors import DshError
+from dsh.loader.host.methods import Methods, RunState
+from dsh.loader.host.paths import socket_path
+from dsh.loader.host.protocol import (
     INVALID_REQUEST,
     JSONRPC_VERSION,
     MAX_LINE_BYTES,
@@ -59,8 +59,8 @@ from loader.host.protocol import (
 )
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.tree import Tree
+    from dsh.loader.agent import Agent
+    from dsh.loader.tree import Tree
 
 __all__ = ["FRESH_SECONDS", "IDLE_TIMEOUT_SECONDS", "MAX_CONNECTIONS", "ControlServer"]
 

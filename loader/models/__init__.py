@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loader.models.assembler import AssembledMessage, Assembler
-from loader.models.function import FunctionInfo, FunctionProvider, FunctionReply, ModelFunction, ToolCall
-from loader.models.protocol import (
+from dsh.loader.models.assembler import AssembledMessage, Assembler
+from dsh.loader.models.function import FunctionInfo, FunctionProvider, FunctionReply, ModelFunction, ToolCall
+from dsh.loader.models.protocol import (
     Chunk,
     Finish,
     FinishReason,
@@ -24,11 +24,11 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
-from loader.models.replay import DEFAULT_USAGE, ReplayProvider
+from dsh.loader.models.replay import DEFAULT_USAGE, ReplayProvider
 
 if TYPE_CHECKING:
-    from loader.models.openai import OpenAICompatibleProvider as OpenAICompatibleProvider
-    from loader.models.recorder import Recorder as Recorder
+    from dsh.loader.models.openai import OpenAICompatibleProvider as OpenAICompatibleProvider
+    from dsh.loader.models.recorder import Recorder as Recorder
 
 __all__ = [
     "DEFAULT_USAGE",
@@ -57,11 +57,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "OpenAICompatibleProvider":
-        from loader.models.openai import OpenAICompatibleProvider
+        from dsh.loader.models.openai import OpenAICompatibleProvider
 
         return OpenAICompatibleProvider
     if name == "Recorder":
-        from loader.models.recorder import Recorder
+        from dsh.loader.models.recorder import Recorder
 
         return Recorder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 
 import httpx
 
-from loader.errors import ProviderCode, ProviderError
-from loader.texts import render
+from dsh.loader.errors import ProviderCode, ProviderError
+from dsh.loader.texts import render
 
 __all__ = [
     "Failure", "ReadGap", "gap_failure", "provider_message", "retry_after", "safe_url", "status_failure",

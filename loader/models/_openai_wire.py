@@ -30,8 +30,8 @@ import json
 import logging
 from typing import Any
 
-from loader.errors import ProviderCode, ProviderError
-from loader.models.protocol import (
+from dsh.loader.errors import ProviderCode, ProviderError
+from dsh.loader.models.protocol import (
     Chunk,
     FinishReason,
     ModelRequest,
@@ -40,7 +40,7 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
-from loader.texts import render
+from dsh.loader.texts import render
 
 __all__ = ["finish_reason", "parse_event", "request_body", "to_openai_messages", "to_openai_tools"]
 

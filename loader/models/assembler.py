@@ -21,8 +21,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.errors import ProviderError
-from loader.models.protocol import (
+from dsh.loader.errors import ProviderError
+from dsh.loader.models.protocol import (
     Chunk,
     Finish,
     FinishReason,

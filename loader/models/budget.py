@@ -20,10 +20,10 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loader.abort import AbortSignal
-from loader.errors import ProviderError, ToolError
-from loader.models.protocol import Chunk, ModelProvider, ModelRequest, OnRetry, Usage
-from loader.texts import render
+from dsh.loader.abort import AbortSignal
+from dsh.loader.errors import ProviderError, ToolError
+from dsh.loader.models.protocol import Chunk, ModelProvider, ModelRequest, OnRetry, Usage
+from dsh.loader.texts import render
 
 __all__ = ["DEFAULT_LIMITS", "BudgetKind", "BudgetedProvider", "RunBudget", "RunLimits"]
 

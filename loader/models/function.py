@@ -29,8 +29,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.abort import Aborted, AbortSignal
-from loader.models.protocol import (
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.models.protocol import (
     Chunk,
     Finish,
     FinishReason,
@@ -41,7 +41,7 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
-from loader.models.replay import DEFAULT_USAGE
+from dsh.loader.models.replay import DEFAULT_USAGE
 
 __all__ = ["FunctionInfo", "FunctionProvider", "FunctionReply", "ModelFunction", "ToolCall"]
 

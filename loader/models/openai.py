@@ -48,9 +48,9 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from loader.abort import Aborted, AbortSignal
-from loader.errors import ConfigError, ProviderError
-from loader.models._openai_failures import (
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.errors import ConfigError, ProviderError
+from dsh.loader.models._openai_failures import (
     Failure,
     ReadGap,
     gap_failure,
@@ -58,8 +58,8 @@ from loader.models._openai_failures import (
     status_failure,
     transport_failure,
 )
-from loader.models._openai_wire import finish_reason, parse_event, request_body
-from loader.models.protocol import Chunk, Finish, ModelRequest, OnRetry, ToolCallDelta
+from dsh.loader.models._openai_wire import finish_reason, parse_event, request_body
+from dsh.loader.models.protocol import Chunk, Finish, ModelRequest, OnRetry, ToolCallDelta
 
 __all__ = ["ModelSettings", "OpenAICompatibleProvider"]
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from loader.abort import AbortSignal
+from dsh.loader.abort import AbortSignal
 
 __all__ = [
     "Chunk",

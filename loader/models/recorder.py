@@ -50,10 +50,10 @@ from typing import Any, Literal
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from loader.abort import Aborted, AbortSignal
-from loader.errors import ProviderError, error_chain
-from loader.models.assembler import Assembler
-from loader.models.protocol import Chunk, Finish, ModelProvider, ModelRequest, OnRetry, TextDelta
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.errors import ProviderError, error_chain
+from dsh.loader.models.assembler import Assembler
+from dsh.loader.models.protocol import Chunk, Finish, ModelProvider, ModelRequest, OnRetry, TextDelta
 
 __all__ = ["REDACTED", "Recorder", "secrets_from_env"]
 
@@ -197,7 +197,7 @@ class Recorder:
         if listed:
             doc["overlays"] = listed
         if logs is not None:
-            from loader.models.schedule import observed_fences
+            from dsh.loader.models.schedule import observed_fences
 
             fences = observed_fences(logs, self.agent_keys())
             if fences:

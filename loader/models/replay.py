@@ -35,9 +35,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.abort import Aborted, AbortSignal
-from loader.errors import ProviderCode, ProviderError, ScriptedCode
-from loader.models.protocol import (
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.errors import ProviderCode, ProviderError, ScriptedCode
+from dsh.loader.models.protocol import (
     Chunk,
     Finish,
     ModelRequest,
@@ -47,7 +47,7 @@ from loader.models.protocol import (
     ToolCallDelta,
     Usage,
 )
-from loader.transcripts import (
+from dsh.loader.transcripts import (
     PlaceholderKind,
     Reply,
     ReplyForm,

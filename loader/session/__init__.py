@@ -10,13 +10,13 @@ modules below.
 
 from __future__ import annotations
 
-from loader.session._fileio import open_regular
-from loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
-from loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
-from loader.session.session import Session
-from loader.session.store import FileIO, SessionStore, StoreIO
-from loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
-from loader.session.unmaterialized import PruneOutcome, is_unmaterialized, prune_unmaterialized, unmaterialized_ids
+from dsh.loader.session._fileio import open_regular
+from dsh.loader.session.envelope import EVENT_TYPES, Event, make_header, validate_log
+from dsh.loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
+from dsh.loader.session.session import Session
+from dsh.loader.session.store import FileIO, SessionStore, StoreIO
+from dsh.loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
+from dsh.loader.session.unmaterialized import PruneOutcome, is_unmaterialized, prune_unmaterialized, unmaterialized_ids
 
 __all__ = [
     "EVENT_TYPES",

@@ -36,9 +36,9 @@ import stat
 from pathlib import Path
 from typing import Literal, Protocol
 
-from loader.errors import SessionError
-from loader.homedir import unsafe_dir_problem
-from loader.texts import render
+from dsh.loader.errors import SessionError
+from dsh.loader.homedir import unsafe_dir_problem
+from dsh.loader.texts import render
 
 __all__ = [
     "CREATE_STEPS",

@@ -16,10 +16,10 @@ import logging
 import time
 from typing import Any
 
-from loader.errors import SessionError
-from loader.ids import is_valid_session_id
-from loader.session.shapes import data_problem
-from loader.session.turn_end import TURN_END_KINDS
+from dsh.loader.errors import SessionError
+from dsh.loader.ids import is_valid_session_id
+from dsh.loader.session.shapes import data_problem
+from dsh.loader.session.turn_end import TURN_END_KINDS
 
 __all__ = [
     "EVENT_TYPES",

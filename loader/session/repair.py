@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.errors import SessionError
-from loader.session.envelope import (
+from dsh.loader.errors import SessionError
+from dsh.loader.session.envelope import (
     EVENT_TYPES,
     FORMAT_VERSION,
     Event,
@@ -50,9 +50,9 @@ from loader.session.envelope import (
     header_problem,
     validate_log,
 )
-from loader.session._fileio import open_regular
-from loader.session.shapes import data_problem
-from loader.texts import render
+from dsh.loader.session._fileio import open_regular
+from dsh.loader.session.shapes import data_problem
+from dsh.loader.texts import render
 
 __all__ = [
     "REQUEUED",

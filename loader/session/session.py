@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loader.errors import ReentrantAppend, SessionError
-from loader.session.envelope import EVENT_TYPES, Event
+from dsh.loader.errors import ReentrantAppend, SessionError
+from dsh.loader.session.envelope import EVENT_TYPES, Event
 
 __all__ = ["Observer", "Session", "Sink"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loader.session.turn_end import TURN_END_KINDS
+from dsh.loader.session.turn_end import TURN_END_KINDS
 
 __all__ = ["data_problem", "message_problem"]
 

@@ -52,9 +52,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loader.errors import CheckpointError, SessionError
-from loader.ids import is_valid_session_id
-from loader.session._fileio import (
+from dsh.loader.errors import CheckpointError, SessionError
+from dsh.loader.ids import is_valid_session_id
+from dsh.loader.session._fileio import (
     FileIO,
     StoreIO,
     append_batch,
@@ -63,9 +63,9 @@ from loader.session._fileio import (
     lock_exclusive,
     open_regular,
 )
-from loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
-from loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
-from loader.session.session import Session
+from dsh.loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
+from dsh.loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
+from dsh.loader.session.session import Session
 
 __all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict, get_args
 
-from loader.abort import CancelCause
+from dsh.loader.abort import CancelCause
 
 __all__ = [
     "TURN_END_KINDS",

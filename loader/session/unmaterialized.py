@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from loader.ids import is_valid_session_id
-from loader.session._fileio import SESSION_FILE, TEMP_PREFIX
+from dsh.loader.ids import is_valid_session_id
+from dsh.loader.session._fileio import SESSION_FILE, TEMP_PREFIX
 
 __all__ = ["PruneOutcome", "is_unmaterialized", "prune_unmaterialized", "unmaterialized_ids"]
 

@@ -1,16 +1,16 @@
 """Continuation manager and its satellites (SPEC §8–§11): residency, notices, interrupt, report."""
 
-from loader.subagents.activation import Activation, state_of
-from loader.subagents.epochs import EPOCH_EVENT, holds_message, notice_id
-from loader.subagents.interrupt import AncestorAuthority, Authority, UserAuthority, interrupt
-from loader.subagents.listing import Catalogue, CatalogueEntry, list_agents, status_of
-from loader.subagents.lock import ChildLock
-from loader.subagents.manager import AgentFactory, ContinuationManager, ManagerConfig, Materialization
-from loader.subagents.notice import notify_settlement, render_settlement_notice, settlement_message
-from loader.subagents.recovery import continuation_message, plan_recovery, recover, scan_tree, turn_cut_off
-from loader.subagents.oneshot import OneShotResult, run_one_shot
-from loader.subagents.report import report_from
-from loader.subagents.teardown import dispose, drain, drain_children, drain_descendants
+from dsh.loader.subagents.activation import Activation, state_of
+from dsh.loader.subagents.epochs import EPOCH_EVENT, holds_message, notice_id
+from dsh.loader.subagents.interrupt import AncestorAuthority, Authority, UserAuthority, interrupt
+from dsh.loader.subagents.listing import Catalogue, CatalogueEntry, list_agents, status_of
+from dsh.loader.subagents.lock import ChildLock
+from dsh.loader.subagents.manager import AgentFactory, ContinuationManager, ManagerConfig, Materialization
+from dsh.loader.subagents.notice import notify_settlement, render_settlement_notice, settlement_message
+from dsh.loader.subagents.recovery import continuation_message, plan_recovery, recover, scan_tree, turn_cut_off
+from dsh.loader.subagents.oneshot import OneShotResult, run_one_shot
+from dsh.loader.subagents.report import report_from
+from dsh.loader.subagents.teardown import dispose, drain, drain_children, drain_descendants
 
 __all__ = [
     "EPOCH_EVENT",

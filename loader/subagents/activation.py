@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
+    from dsh.loader.agent import Agent
 
 __all__ = ["Activation", "ActivationState", "state_of"]
 
@@ -47,7 +47,7 @@ class Activation:
     @property
     def parked(self) -> bool:
         """Resident, idle, holding accepted waking work no driver runs (§10.3)."""
-        from loader.agent import Idle
+        from dsh.loader.agent import Idle
 
         return isinstance(self.agent.phase, Idle) and bool(self.accepted) and self.disposal is None
 

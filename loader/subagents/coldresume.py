@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loader.abort import AbortSignal
-from loader.errors import DshError, SessionError
-from loader.session import Session
-from loader.subagents.errors import err
+from dsh.loader.abort import AbortSignal
+from dsh.loader.errors import DshError, SessionError
+from dsh.loader.session import Session
+from dsh.loader.subagents.errors import err
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.session import SessionStore
+    from dsh.loader.agent import Agent
+    from dsh.loader.session import SessionStore
 
 __all__ = ["read_resumable"]
 

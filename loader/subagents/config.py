@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from loader.agent import Agent
-from loader.errors import ConfigError
-from loader.session import Session
-from loader.subagents.errors import err
+from dsh.loader.agent import Agent
+from dsh.loader.errors import ConfigError
+from dsh.loader.session import Session
+from dsh.loader.subagents.errors import err
 
 __all__ = ["REPORT_DELIVERIES", "AgentFactory", "AgentMode", "ManagerConfig", "Materialization"]
 

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from loader.session import Event
+from dsh.loader.session import Event
 
 __all__ = [
     "CONTINUE_FORM",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loader.errors import SubagentCode, SubagentError
-from loader.texts import render
+from dsh.loader.errors import SubagentCode, SubagentError
+from dsh.loader.texts import render
 
 __all__ = ["err"]
 

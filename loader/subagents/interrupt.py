@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loader.subagents.errors import err
+from dsh.loader.subagents.errors import err
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.subagents.manager import ContinuationManager
+    from dsh.loader.agent import Agent
+    from dsh.loader.subagents.manager import ContinuationManager
 
 __all__ = ["AncestorAuthority", "Authority", "UserAuthority", "interrupt"]
 

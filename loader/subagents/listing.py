@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from loader.errors import SessionError
-from loader.session import open_regular
-from loader.subagents.activation import Activation
+from dsh.loader.errors import SessionError
+from dsh.loader.session import open_regular
+from dsh.loader.subagents.activation import Activation
 
 if TYPE_CHECKING:
-    from loader.session import Session
-    from loader.subagents.manager import ContinuationManager
+    from dsh.loader.session import Session
+    from dsh.loader.subagents.manager import ContinuationManager
 
 __all__ = ["Catalogue", "CatalogueEntry", "list_agents", "status_of"]
 

@@ -19,23 +19,23 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loader.abort import AbortSignal
-from loader.agent import Agent, user_message
-from loader.emitter import Emitter
-from loader.ids import is_valid_session_id, new_child_id
-from loader.session import Session, make_header
-from loader.subagents.activation import Activation
-from loader.subagents.coldresume import read_resumable
-from loader.subagents.config import AgentFactory, ManagerConfig, Materialization
-from loader.subagents.epochs import EPOCH_EVENT, next_epoch
-from loader.subagents.errors import err
-from loader.subagents.lock import ChildLock
-from loader.subagents.materialize import ChildAgents
-from loader.subagents.teardown import dispose, watch
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.emitter import Emitter
+from dsh.loader.ids import is_valid_session_id, new_child_id
+from dsh.loader.session import Session, make_header
+from dsh.loader.subagents.activation import Activation
+from dsh.loader.subagents.coldresume import read_resumable
+from dsh.loader.subagents.config import AgentFactory, ManagerConfig, Materialization
+from dsh.loader.subagents.epochs import EPOCH_EVENT, next_epoch
+from dsh.loader.subagents.errors import err
+from dsh.loader.subagents.lock import ChildLock
+from dsh.loader.subagents.materialize import ChildAgents
+from dsh.loader.subagents.teardown import dispose, watch
 
 if TYPE_CHECKING:
-    from loader.agent import AgentRegistry
-    from loader.session import SessionStore
+    from dsh.loader.agent import AgentRegistry
+    from dsh.loader.session import SessionStore
 
 __all__ = ["AgentFactory", "ContinuationManager", "ManagerConfig", "Materialization"]
 

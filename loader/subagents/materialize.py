@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loader.agent import Agent
-from loader.session import Session
-from loader.subagents.config import AgentFactory, AgentMode
+from dsh.loader.agent import Agent
+from dsh.loader.session import Session
+from dsh.loader.subagents.config import AgentFactory, AgentMode
 
 if TYPE_CHECKING:
-    from loader.agent import AgentRegistry
-    from loader.session import SessionStore
+    from dsh.loader.agent import AgentRegistry
+    from dsh.loader.session import SessionStore
 
 __all__ = ["ChildAgents"]
 

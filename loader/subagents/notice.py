@@ -20,17 +20,17 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
-from loader.agent import Inbox, Message, text_block, user_message
-from loader.agent.fold import STOP_REASONS
-from loader.errors import SessionError, error_chain
-from loader.subagents.epochs import holds_message, notice_id
-from loader.texts import TEXTS, render
+from dsh.loader.agent import Inbox, Message, text_block, user_message
+from dsh.loader.agent.fold import STOP_REASONS
+from dsh.loader.errors import SessionError, error_chain
+from dsh.loader.subagents.epochs import holds_message, notice_id
+from dsh.loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.subagents.activation import Activation
-    from loader.session import SessionStore
-    from loader.subagents.lock import ChildLock
+    from dsh.loader.agent import Agent
+    from dsh.loader.subagents.activation import Activation
+    from dsh.loader.session import SessionStore
+    from dsh.loader.subagents.lock import ChildLock
 
 __all__ = [
     "SUMMARY_LIMIT",

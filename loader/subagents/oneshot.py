@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loader.abort import AbortSignal
-from loader.agent import final_output, fold_consumed_work, one_shot_stop_reason, user_message
-from loader.ids import new_child_id
-from loader.session import make_header
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent import final_output, fold_consumed_work, one_shot_stop_reason, user_message
+from dsh.loader.ids import new_child_id
+from dsh.loader.session import make_header
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.subagents.manager import ContinuationManager
+    from dsh.loader.agent import Agent
+    from dsh.loader.subagents.manager import ContinuationManager
 
 __all__ = ["OneShotResult", "run_one_shot"]
 

@@ -27,11 +27,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loader.agent import Inbox, Message, user_message
-from loader.errors import DshError, SessionError, error_chain
-from loader.session import Event, Session
-from loader.subagents.activation import Activation
-from loader.subagents.epochs import (
+from dsh.loader.agent import Inbox, Message, user_message
+from dsh.loader.errors import DshError, SessionError, error_chain
+from dsh.loader.session import Event, Session
+from dsh.loader.subagents.activation import Activation
+from dsh.loader.subagents.epochs import (
     CONTINUE_FORM,
     EPOCH_EVENT,
     EpochFacts,
@@ -40,13 +40,13 @@ from loader.subagents.epochs import (
     next_epoch,
     notice_id,
 )
-from loader.texts import TEXTS
+from dsh.loader.texts import TEXTS
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.session import SessionStore
-    from loader.subagents.listing import Catalogue
-    from loader.subagents.manager import ContinuationManager
+    from dsh.loader.agent import Agent
+    from dsh.loader.session import SessionStore
+    from dsh.loader.subagents.listing import Catalogue
+    from dsh.loader.subagents.manager import ContinuationManager
 
 __all__ = [
     "FoundSession",

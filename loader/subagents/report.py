@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loader.abort import AbortSignal
-from loader.agent import text_block, user_message
-from loader.subagents.errors import err
-from loader.texts import render
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent import text_block, user_message
+from dsh.loader.subagents.errors import err
+from dsh.loader.texts import render
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.subagents.manager import ContinuationManager
+    from dsh.loader.agent import Agent
+    from dsh.loader.subagents.manager import ContinuationManager
 
 __all__ = ["report_from"]
 

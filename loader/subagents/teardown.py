@@ -13,18 +13,18 @@ import logging
 from collections.abc import Iterable, Mapping, Set
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loader.agent import epoch_stop_reason, final_output, fold_consumed_work
-from loader.errors import SubagentError, error_chain
-from loader.subagents.activation import state_of
-from loader.subagents.errors import err
-from loader.subagents.notice import NoticeDetail, NoticeHost, notify_settlement, settlement_detail, teardown_detail
-from loader.texts import TEXTS, render
+from dsh.loader.agent import epoch_stop_reason, final_output, fold_consumed_work
+from dsh.loader.errors import SubagentError, error_chain
+from dsh.loader.subagents.activation import state_of
+from dsh.loader.subagents.errors import err
+from dsh.loader.subagents.notice import NoticeDetail, NoticeHost, notify_settlement, settlement_detail, teardown_detail
+from dsh.loader.texts import TEXTS, render
 
 if TYPE_CHECKING:
-    from loader.agent import Agent
-    from loader.emitter import Emitter
-    from loader.subagents.activation import Activation
-    from loader.subagents.config import Materialization
+    from dsh.loader.agent import Agent
+    from dsh.loader.emitter import Emitter
+    from dsh.loader.subagents.activation import Activation
+    from dsh.loader.subagents.config import Materialization
 
 __all__ = ["Residency", "dispose", "drain", "drain_children", "drain_descendants", "watch"]
 

@@ -8,9 +8,9 @@ import syrupy or pytest, so `dsh flow` works without the test extra.
 
 from __future__ import annotations
 
-from loader.testing.flow import project
-from loader.testing.normalize import dump_flow, normalize
-from loader.testing.runner import (
+from dsh.loader.testing.flow import project
+from dsh.loader.testing.normalize import dump_flow, normalize
+from dsh.loader.testing.runner import (
     Flow,
     FlowPlan,
     FlowsDiffer,

@@ -12,7 +12,7 @@ from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from loader.testing.normalize import dump_flow
+from dsh.loader.testing.normalize import dump_flow
 
 __all__ = ["FlowYamlExtension"]
 

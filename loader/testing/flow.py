@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loader.session import Event, read
+from dsh.loader.session import Event, read
 
 if TYPE_CHECKING:
-    from loader.headless import RunResult
+    from dsh.loader.headless import RunResult
 
 __all__ = ["project"]
 

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from loader.testing.snapshots import ci_is_read_only
+from dsh.loader.testing.snapshots import ci_is_read_only
 
 if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
 
-    from loader.testing.runner import Flow
+    from dsh.loader.testing.runner import Flow
 
 __all__ = ["DshFlow", "ci_is_read_only"]
 
@@ -80,7 +80,7 @@ class DshFlow:
                 "dsh_flow(...) cannot run inside a running event loop (an async test or fixture); "
                 "use `await dsh_flow.arun(...)` there"
             )
-        from loader.testing.runner import TranscriptViolation, check_repeats, plan_flow
+        from dsh.loader.testing.runner import TranscriptViolation, check_repeats, plan_flow
 
         plan = plan_flow(transcript, overlays=overlays)
         outcomes: list[Flow | TranscriptViolation] = []
@@ -93,7 +93,7 @@ class DshFlow:
 
     async def arun(self, transcript: str | Path, *, overlays: Sequence[str] = (), timeout: float = 60,
                    repeat: int | None = None) -> Flow:
-        from loader.testing.runner import TranscriptViolation, check_repeats, plan_flow
+        from dsh.loader.testing.runner import TranscriptViolation, check_repeats, plan_flow
 
         plan = plan_flow(transcript, overlays=overlays)
         outcomes: list[Flow | TranscriptViolation] = []
@@ -111,7 +111,7 @@ class DshFlow:
         return n
 
     async def _arun_once(self, plan: Any, timeout: float) -> Flow:
-        from loader.testing.runner import arun_flow
+        from dsh.loader.testing.runner import arun_flow
 
         home = self._tmp.mktemp("dsh-flow")
         with _no_network():
@@ -133,6 +133,6 @@ def dsh_flow(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture
 def flow_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
-    from loader.testing.extension import FlowYamlExtension
+    from dsh.loader.testing.extension import FlowYamlExtension
 
     return snapshot.use_extension(FlowYamlExtension)

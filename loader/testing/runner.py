@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loader.session import read, validate_log
-from loader.testing.flow import project
-from loader.testing.normalize import dump_flow, normalize
+from dsh.loader.session import read, validate_log
+from dsh.loader.testing.flow import project
+from dsh.loader.testing.normalize import dump_flow, normalize
 
 if TYPE_CHECKING:
-    from loader.config import Config
-    from loader.transcripts import Transcript
+    from dsh.loader.config import Config
+    from dsh.loader.transcripts import Transcript
 
 __all__ = ["Flow", "FlowPlan", "FlowsDiffer", "TranscriptViolation", "arun_flow", "arun_flows",
            "check_repeats", "flow_diff", "plan_flow"]
@@ -110,10 +110,10 @@ def plan_flow(
     """Load and compose once; raises the loader's and composer's `DshError`s (exit 2 material)."""
     if isinstance(transcript, FlowPlan):
         return transcript
-    from loader.config import compose  # testing sits on headless; imported when a run starts
-    from loader.transcripts import load_transcript
+    from dsh.loader.config import compose  # testing sits on headless; imported when a run starts
+    from dsh.loader.transcripts import load_transcript
 
-    from loader.tools import lint_transcript
+    from dsh.loader.tools import lint_transcript
 
     script = load_transcript(transcript)
     lint_transcript(script)  # tool names, arguments and placeholders against the real schemas
@@ -133,7 +133,7 @@ async def arun_flow(
 ) -> Flow:
     """Run `transcript` in `home` under the test profile, project and normalize its flow; raise
     `TranscriptViolation` on any violation and `TimeoutError` when the run outlives `timeout`."""
-    from loader.headless import RunRequest, run_tree
+    from dsh.loader.headless import RunRequest, run_tree
 
     plan = plan_flow(transcript, overlays=overlays, environ=environ)
     script = plan.script

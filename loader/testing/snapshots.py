@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loader.testing.runner import flow_diff
+from dsh.loader.testing.runner import flow_diff
 
 __all__ = ["SUFFIX", "SnapshotReport", "check_snapshots", "ci_is_read_only", "snapshot_path"]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from loader.agent import Tool
-from loader.models.budget import RunBudget
-from loader.subagents import Catalogue, ContinuationManager
-from loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
-from loader.tools.delegation import SendMessageTool, SubagentTool
-from loader.tools.lint import TOOL_PARAMETERS, lint_transcript
+from dsh.loader.agent import Tool
+from dsh.loader.models.budget import RunBudget
+from dsh.loader.subagents import Catalogue, ContinuationManager
+from dsh.loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
+from dsh.loader.tools.delegation import SendMessageTool, SubagentTool
+from dsh.loader.tools.lint import TOOL_PARAMETERS, lint_transcript
 
 __all__ = [
     "InterruptAgentTool",

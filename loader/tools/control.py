@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loader.agent import ToolExec, ToolOutput
-from loader.subagents import AncestorAuthority, Catalogue, ContinuationManager, interrupt, list_agents, report_from
-from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.agent import ToolExec, ToolOutput
+from dsh.loader.subagents import AncestorAuthority, Catalogue, ContinuationManager, interrupt, list_agents, report_from
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 __all__ = ["InterruptAgentTool", "ListAgentsTool", "ReportTool"]
 

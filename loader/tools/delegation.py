@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loader.agent import ToolExec, ToolOutput, text_of
-from loader.errors import SubagentError
-from loader.models.budget import RunBudget
-from loader.subagents import ContinuationManager, run_one_shot
-from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.agent import ToolExec, ToolOutput, text_of
+from dsh.loader.errors import SubagentError
+from dsh.loader.models.budget import RunBudget
+from dsh.loader.subagents import ContinuationManager, run_one_shot
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 __all__ = ["SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
 

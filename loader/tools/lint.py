@@ -26,11 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from loader.errors import TranscriptError
-from loader.tools.control import AgentIdArgs, ListAgentsArgs, ReportArgs
-from loader.tools.delegation import SendMessageArgs, SubagentArgs
-from loader.transcripts import Transcript
-from loader.yamlpos import Loc, key_path, load_yaml_with_marks, locate
+from dsh.loader.errors import TranscriptError
+from dsh.loader.tools.control import AgentIdArgs, ListAgentsArgs, ReportArgs
+from dsh.loader.tools.delegation import SendMessageArgs, SubagentArgs
+from dsh.loader.transcripts import Transcript
+from dsh.loader.yamlpos import Loc, key_path, load_yaml_with_marks, locate
 
 __all__ = ["TOOL_PARAMETERS", "lint_transcript", "transcript_problems"]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from loader.transcripts.load import Transcript, format_validation_error, load_transcript
-from loader.transcripts.placeholders import (
+from dsh.loader.transcripts.load import Transcript, format_validation_error, load_transcript
+from dsh.loader.transcripts.placeholders import (
     PlaceholderKind,
     UnresolvedPlaceholder,
     resolve_placeholders,
 )
-from loader.transcripts.schema import (
+from dsh.loader.transcripts.schema import (
     AgentScript,
     ErrorSpec,
     HangSpec,

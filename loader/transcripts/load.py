@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from loader.errors import ConfigError, TranscriptError
-from loader.problems import unknown_key_problem
-from loader.shipped import resolve_name
-from loader.transcripts.schema import LocatedProblem, TranscriptSpec
-from loader.yamlpos import Loc, YamlProblem, key_path, load_yaml_with_marks, locate, plain
+from dsh.loader.errors import ConfigError, TranscriptError
+from dsh.loader.problems import unknown_key_problem
+from dsh.loader.shipped import resolve_name
+from dsh.loader.transcripts.schema import LocatedProblem, TranscriptSpec
+from dsh.loader.yamlpos import Loc, YamlProblem, key_path, load_yaml_with_marks, locate, plain
 
 __all__ = ["Transcript", "format_validation_error", "load_transcript"]
 

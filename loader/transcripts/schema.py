@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from loader.transcripts.fence_schema import Fence, condition_agents
+from dsh.loader.transcripts.fence_schema import Fence, condition_agents
 
 __all__ = [
     "AGENT_KEY_RE",

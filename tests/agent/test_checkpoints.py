@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from loader.agent import Agent, AgentOptions, ToolExec, ToolOutput, user_message
-from loader.session import FileIO
+from dsh.loader.agent import Agent, AgentOptions, ToolExec, ToolOutput, user_message
+from dsh.loader.session import FileIO
 
 LONG_DELAY_MS = 5000
 

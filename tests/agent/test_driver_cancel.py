@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from loader.agent import Agent, AgentRegistry, user_message
-from loader.models import TextDelta
-from loader.session import SessionStore, make_header, validate_log
+from dsh.loader.agent import Agent, AgentRegistry, user_message
+from dsh.loader.models import TextDelta
+from dsh.loader.session import SessionStore, make_header, validate_log
 
 BACKSTOP_SECONDS = 5.0
 

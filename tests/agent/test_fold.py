@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from loader.agent import MISSING, epoch_stop_reason, final_output, fold_consumed_work, one_shot_stop_reason
-from loader.agent.fold import FoldResult
+from dsh.loader.agent import MISSING, epoch_stop_reason, final_output, fold_consumed_work, one_shot_stop_reason
+from dsh.loader.agent.fold import FoldResult
 
 
 class Log:

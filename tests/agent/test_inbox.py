@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from loader.agent import Inbox, user_message
-from loader.errors import InboxError, SessionError
-from loader.session import Session
-from loader.texts import RUNTIME_TEXTS, TEXTS, render
+from dsh.loader.agent import Inbox, user_message
+from dsh.loader.errors import InboxError, SessionError
+from dsh.loader.session import Session
+from dsh.loader.texts import RUNTIME_TEXTS, TEXTS, render
 
 
 def session() -> Session:

@@ -3,8 +3,8 @@ but leaves every `subagent-settled` notice pending, so the agent's next residenc
 
 from __future__ import annotations
 
-from loader.agent import Inbox, user_message
-from loader.session import Session, make_header
+from dsh.loader.agent import Inbox, user_message
+from dsh.loader.session import Session, make_header
 
 
 def _notice(n: int) -> dict:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from loader.agent import Agent, user_message
-from loader.errors import DshError, InboxError
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.errors import DshError, InboxError
 
 
 def kinds(agent: Agent) -> list[str]:

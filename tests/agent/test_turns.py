@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from loader.agent import Agent, ToolExec, ToolOutput, user_message
+from dsh.loader.agent import Agent, ToolExec, ToolOutput, user_message
 
 
 def kinds(agent: Agent) -> list[str]:

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from loader.session import read
+from dsh.loader.session import read
 
 _SCRIPT = Path(sys.executable).with_name("dsh")
-DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from cli.main import app; app()"]
+DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from dsh.cli.main import app; app()"]
 
 # Loud backstops only: every wait below returns on a fact (a line, an exit) long before these.
 LINE_BACKSTOP = 15.0

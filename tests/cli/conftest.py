@@ -18,7 +18,7 @@ from cli_kit import LiveRun, clean_env
 from home_kit import validate_home
 from typer.testing import CliRunner, Result
 
-from cli.main import app
+from dsh.cli.main import app
 
 
 @pytest.fixture

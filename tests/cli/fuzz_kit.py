@@ -111,7 +111,7 @@ any_text = st.one_of(
 import typer.main  # noqa: E402
 import typer.testing  # noqa: E402
 
-from cli.main import app  # noqa: E402
+from dsh.cli.main import app  # noqa: E402
 
 _COMMAND = typer.main.get_command(app)
 

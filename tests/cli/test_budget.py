@@ -13,7 +13,7 @@ from typing import Any
 
 from cli_kit import log_events, spawn, transcript, write_yaml
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 
 def _result(stdout: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import json
 import pytest
 from cli_kit import hold_until_hang, log_events, run_dsh, spawn, texts_of, transcript
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 STRANGER = "session-00000000-0000-4000-8000-000000000000"  # a valid id with no session file
 

@@ -24,14 +24,14 @@ from cli_kit import DSH, EXIT_BACKSTOP, LiveRun, subprocess_env, transcript
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import cli
-from cli.app import app
-from cli.fastpath import plan
-from loader.texts import render
+from dsh import cli
+from dsh.cli.app import app
+from dsh.cli.fastpath import plan
+from dsh.loader.texts import render
 
 STRANGER = "session-00000000-0000-4000-8000-000000000000"
 # The console script as it was before the fast path: the Typer app inside the guard.
-TYPER_ONLY = [sys.executable, "-c", "from cli.app import app; from cli.main import guard; guard(lambda: app(prog_name='dsh'))"]
+TYPER_ONLY = [sys.executable, "-c", "from dsh.cli.app import app; from dsh.cli.main import guard; guard(lambda: app(prog_name='dsh'))"]
 Outcome = tuple[int, str, str]  # (exit code, stdout, stderr)
 
 
@@ -284,7 +284,7 @@ def python(code: str) -> tuple[int, str, str]:
 def test_the_prompt_exit_flushes_and_runs_atexit_handlers_first():
     code = (
         "import atexit, sys\n"
-        "from cli.fastpath import exit_promptly\n"
+        "from dsh.cli.fastpath import exit_promptly\n"
         "atexit.register(lambda: sys.stdout.write('atexit ran\\n'))\n"
         "sys.stdout.write('buffered, not flushed')\n"
         "exit_promptly(SystemExit(5))\n"
@@ -297,7 +297,7 @@ def test_the_prompt_exit_steps_aside_while_another_thread_runs():
     """The normal exit joins non-daemon threads (a worker finishing a write); so must we."""
     code = (
         "import sys, threading\n"
-        "from cli.fastpath import exit_promptly\n"
+        "from dsh.cli.fastpath import exit_promptly\n"
         "release = threading.Event()\n"
         "worker = threading.Thread(target=release.wait)\n"
         "worker.start()\n"
@@ -311,7 +311,7 @@ def test_the_prompt_exit_steps_aside_while_another_thread_runs():
 def test_the_prompt_exit_steps_aside_when_a_flush_fails_or_the_code_is_a_message():
     code = (
         "import sys\n"
-        "from cli.fastpath import exit_promptly\n"
+        "from dsh.cli.fastpath import exit_promptly\n"
         "exit_promptly(SystemExit('a message'))\n"
         "real = sys.stdout\n"
         "class Broken:\n"

@@ -56,7 +56,7 @@ def test_fuzz_dsh_home_values(tmp_path, home):
 def test_environment_smoke_in_a_subprocess(tmp_path):
     for name, value in (("DSH_MODEL", "[" * 100_000), ("DSH_MAX_INPUT_BYTES", "lots"),
                         ("DSH_RUN__SHUTDOWN_GRACE_SECONDS", "inf")):
-        done = subprocess.run([sys.executable, "-c", "from cli.main import entry; entry()", "config", "show"],
+        done = subprocess.run([sys.executable, "-c", "from dsh.cli.main import entry; entry()", "config", "show"],
                               capture_output=True, text=True, timeout=30, env=subprocess_env({name: value}))
         assert done.returncode == 2 and TRACEBACK not in done.stderr, (name, done.stderr)
         assert done.stderr.startswith("dsh: ")

@@ -19,7 +19,7 @@ from fuzz_kit import any_text
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.host import socket_path
+from dsh.loader.host import socket_path
 
 HANGING_CHILD = {
     "root": {"replies": [spawn("start-worker"), {"text": "ROOT_DONE"}, {"text": "NOTED"}]},

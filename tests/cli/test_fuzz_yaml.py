@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from loader.shipped import shipped_dir
+from dsh.loader.shipped import shipped_dir
 
 SECTIONS = {
     "model": ["provider", "baseUrl", "model", "apiKeyEnv", "maxTokens", "temperature", "connectTimeoutSeconds",
@@ -113,7 +113,7 @@ def test_yaml_surfaces_smoke_in_a_subprocess(tmp_path):
     bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                     "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n")
     for flag in ("--profile", "--overlay", "--transcript"):
-        done = subprocess.run([sys.executable, "-c", "from cli.main import entry; entry()", "config", "show", flag, str(bomb)],
+        done = subprocess.run([sys.executable, "-c", "from dsh.cli.main import entry; entry()", "config", "show", flag, str(bomb)],
                               capture_output=True, text=True, timeout=30, env=subprocess_env())
         assert done.returncode == 2 and TRACEBACK not in done.stderr
         assert done.stderr == f"dsh: {bomb}:1:4: anchors are not supported (found &a)\n"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import typer
 
-from cli.app import app
+from dsh.cli.app import app
 
 COMMANDS = [
     ("run",), ("interrupt",), ("send",), ("flow",), ("sessions", "list"), ("sessions", "show"),

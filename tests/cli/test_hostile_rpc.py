@@ -10,7 +10,7 @@ import socket
 
 from cli_kit import hold_until_hang, run_dsh, spawn, transcript
 
-from loader.host import socket_path
+from dsh.loader.host import socket_path
 
 HANGING_CHILD = {
     "root": {"replies": [spawn("start-worker"), {"text": "ROOT_DONE"}, {"text": "NOTED"}]},

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 import pytest
 from cli_kit import subprocess_env
 
-from cli.main import guard
+from dsh.cli.main import guard
 
 
 def explode() -> None:
@@ -77,10 +77,10 @@ def test_exits_and_interrupts_pass_through_untouched(code):
 
 def test_the_console_script_runs_the_app_inside_the_guard():
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "dsh"]
-    assert script.value == "cli.main:entry"
+    assert script.value == "dsh.cli.main:entry"
 
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from cli.main import entry; sys.argv = ['dsh', 'sessions', 'show', 'a..b']; entry()"],
+        [sys.executable, "-c", "import sys; from dsh.cli.main import entry; sys.argv = ['dsh', 'sessions', 'show', 'a..b']; entry()"],
         capture_output=True, text=True, timeout=30, env=subprocess_env(),
     )
 

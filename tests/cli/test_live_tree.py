@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cli_kit import DSH, EXIT_BACKSTOP, LINE_BACKSTOP, subprocess_env
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COLOR = re.compile(r"\x1b\[[0-9;]*(?:3[0-7]|9[0-7]|38;)[0-9;]*m")
@@ -142,7 +142,7 @@ def test_abandon_gives_the_cursor_back_before_a_hard_exit():
 
     from rich.console import Console
 
-    from cli.live import LiveTree
+    from dsh.cli.live import LiveTree
 
     out = io.StringIO()
     tree = LiveTree(Console(file=out, force_terminal=True, width=120))

@@ -23,10 +23,10 @@ from cli_kit import run_dsh, spawn, transcript, write_yaml
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
-from cli.main import app
-from loader.ndjson import SCHEMA_VERSION, base_url_host, load_schema
-from loader.shipped import available_names
-from loader.texts import TEXTS, render
+from dsh.cli.main import app
+from dsh.loader.ndjson import SCHEMA_VERSION, base_url_host, load_schema
+from dsh.loader.shipped import available_names
+from dsh.loader.texts import TEXTS, render
 
 KEY = "sk-test-contract-0123456789"
 BASE = "https://llm.example.test"
@@ -235,7 +235,7 @@ def test_the_schema_is_package_data_next_to_the_code():
     the file lives inside the `loader` package, which the wheel ships whole."""
     from importlib import resources
 
-    import loader
+    from dsh import loader
 
     path = resources.files(loader).joinpath("schemas/run-ndjson.schema.json")
     assert path.is_file()
@@ -243,7 +243,7 @@ def test_the_schema_is_package_data_next_to_the_code():
 
 
 def test_record_stream_holds_early_records_until_init_and_nothing_follows_the_result():
-    from loader.ndjson import RecordStream, record
+    from dsh.loader.ndjson import RecordStream, record
 
     out: list[dict[str, Any]] = []
     stream = RecordStream(out.append)

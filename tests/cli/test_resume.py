@@ -74,7 +74,7 @@ def test_resume_of_a_root_killed_before_its_task_was_durable_sends_the_transcrip
 def test_resume_of_a_missing_session_exits_2_with_the_unknown_session_message(dsh, home: Path) -> None:
     """Issue 15 finding 7: a missing id is a usage error naming the id and the home, not exit 1 with
     a raw path; nothing is created under the home."""
-    from loader.texts import render
+    from dsh.loader.texts import render
 
     _crashed_tree(home)
     before = sorted(p.name for p in (home / "sessions").iterdir())

@@ -32,8 +32,8 @@ from cli_kit import (
     write_yaml,
 )
 
-from loader.session import SessionStore, read, validate_log
-from loader.texts import TEXTS, render
+from dsh.loader.session import SessionStore, read, validate_log
+from dsh.loader.texts import TEXTS, render
 
 SHIPPED = Path(__file__).resolve().parents[2] / "transcripts"
 
@@ -144,9 +144,9 @@ async def test_m103_pre_step_hook_refusal_exits_5(home, tmp_path):
     """Matrix 103 (refusal): a pre-step hook rejecting the root's first step ends the turn `blocked`,
     which the run reports as `refusal`, exit 5. A transcript cannot express a hook, so the test adds
     one through `RunRequest.agent_hooks`, the runner's seam for observing or gating its agents."""
-    from loader.agent import Agent, PreStep
-    from loader.headless import RunRequest, run_tree
-    from loader.transcripts import load_transcript
+    from dsh.loader.agent import Agent, PreStep
+    from dsh.loader.headless import RunRequest, run_tree
+    from dsh.loader.transcripts import load_transcript
 
     script = load_transcript(transcript(tmp_path, "refused", {"root": {"replies": []}}))
     seen: list[int] = []

@@ -19,8 +19,8 @@ import pytest
 from cli_kit import clean_env, transcript, write_yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from loader.texts import TEXTS, render
+from dsh.cli.main import app
+from dsh.loader.texts import TEXTS, render
 
 KEY = "sk-test-flags-0123456789"
 BASE = "https://llm.example.test"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_kit import hold_until_hang, log_events, spawn, transcript
 
-from loader.texts import render
+from dsh.loader.texts import render
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 

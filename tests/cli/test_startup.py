@@ -1,4 +1,4 @@
-"""Start-up cost of the command (STYLE §10): `import cli.main` and the `dsh interrupt` path load only
+"""Start-up cost of the command (STYLE §10): `import dsh.cli.main` and the `dsh interrupt` path load only
 typer and the stdlib-level `loader` modules; the runtime, pydantic, httpx and ruamel.yaml load inside
 the commands that need them. Each check runs in a fresh interpreter, where `sys.modules` is honest.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from cli_kit import subprocess_env
 
-from loader.texts import render
+from dsh.loader.texts import render
 
-HEAVY = ("httpx", "pydantic", "pydantic_settings", "ruamel.yaml", "loader.headless", "loader.agent", "loader.tree",
-         "loader.config", "loader.session")
+HEAVY = ("httpx", "pydantic", "pydantic_settings", "ruamel.yaml", "dsh.loader.headless", "dsh.loader.agent", "dsh.loader.tree",
+         "dsh.loader.config", "dsh.loader.session")
 
 REPORT = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -37,16 +37,16 @@ def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def test_importing_the_app_loads_no_runtime_and_no_rich():
-    modules, _ = modules_after("import cli.main")
+    modules, _ = modules_after("import dsh.cli.main")
 
     assert loaded(modules, (*HEAVY, "rich", "typer.rich_utils")) == []
 
 
 def test_the_rpc_client_path_loads_no_runtime_and_no_asyncio():
     """`dsh interrupt` talks to the socket synchronously; asyncio is not needed either."""
-    modules, _ = modules_after("import cli.control, loader.host.client")
+    modules, _ = modules_after("import dsh.cli.control, loader.host.client")
 
-    assert loaded(modules, (*HEAVY, "asyncio", "loader.host.server")) == []
+    assert loaded(modules, (*HEAVY, "asyncio", "dsh.loader.host.server")) == []
 
 
 # typer >= 0.2x coerces every command parameter through a pydantic `TypeAdapter` when the command
@@ -66,7 +66,7 @@ def test_running_interrupt_and_send_end_to_end_stays_light(tmp_path, argv_tail):
         (tmp_path / "sessions" / sid / "session.jsonl").write_text(json.dumps(header) + "\n")
     command = "send" if argv_tail else "interrupt"
     code = (
-        "from cli.main import app\n"
+        "from dsh.cli.main import app\n"
         "try:\n"
         f"    app({[command, f'{root}/{child}', *argv_tail, '--home', str(tmp_path)]!r})\n"
         "except SystemExit as exc:\n"
@@ -94,7 +94,7 @@ def test_the_fast_path_loads_neither_typer_nor_pydantic(tmp_path, argv_tail):
         (tmp_path / "sessions" / sid / "session.jsonl").write_text(json.dumps(header) + "\n")
     command = "send" if argv_tail else "interrupt"
     code = (
-        "from cli.fastpath import plan\n"
+        "from dsh.cli.fastpath import plan\n"
         f"call = plan({[command, f'{root}/{child}', *argv_tail, '--home', str(tmp_path)]!r}, {{}})\n"
         "try:\n"
         "    call()\n"
@@ -106,7 +106,7 @@ def test_the_fast_path_loads_neither_typer_nor_pydantic(tmp_path, argv_tail):
     # `send` without a live run fails, and `fail` raises typer's Exit: only then is typer imported.
     expected = "exit 1" if command == "send" else f"{render('T-CLI-NO-RUN', child=child)}\nexit 0"
     assert stdout == expected
-    light = ("typer", "cli.app") if command == "interrupt" else ("cli.app",)
+    light = ("typer", "dsh.cli.app") if command == "interrupt" else ("dsh.cli.app",)
     assert loaded(modules, (*HEAVY, *light, "asyncio", "rich")) == []
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from loader.config import ComposedConfig, compose, flag_layer
-from loader.errors import ConfigError
-from loader.shipped import available_names, shipped_dir
-from loader.transcripts import load_transcript
+from dsh.loader.config import ComposedConfig, compose, flag_layer
+from dsh.loader.errors import ConfigError
+from dsh.loader.shipped import available_names, shipped_dir
+from dsh.loader.transcripts import load_transcript
 
 
 def write(directory: Path, name: str, text: str) -> str:

@@ -4,8 +4,8 @@ variables, provenance in `dsh config show`) are in tests/cli/test_config_env.py.
 
 from __future__ import annotations
 
-from loader.config import Config, DshEnvironment
-from loader.config._environment import env_layers, env_profile
+from dsh.loader.config import Config, DshEnvironment
+from dsh.loader.config._environment import env_layers, env_profile
 
 
 def test_the_settings_model_declares_every_configuration_section_and_the_three_settings() -> None:

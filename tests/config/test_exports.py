@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import loader.config
+import dsh.loader.config
+
+from dsh import loader
 
 
 def test_config_exports_exactly_the_pinned_names() -> None:

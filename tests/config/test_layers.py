@@ -3,9 +3,9 @@ tested in test_environment.py."""
 
 from __future__ import annotations
 
-from loader.config import deep_merge
-from loader.config import flag_layer
-from loader.config._layers import Layer, Merged
+from dsh.loader.config import deep_merge
+from dsh.loader.config import flag_layer
+from dsh.loader.config._layers import Layer, Merged
 
 
 def test_m98_mappings_merge_and_lists_replace() -> None:

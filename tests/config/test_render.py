@@ -6,8 +6,8 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from loader.config import compose
-from loader.config._render import render_yaml
+from dsh.loader.config import compose
+from dsh.loader.config._render import render_yaml
 
 
 def test_to_yaml_reads_back_as_the_composed_values(tmp_path: Path) -> None:

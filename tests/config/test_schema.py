@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from loader.config import Config, SubagentsConfig
-from loader.texts import TEXTS
+from dsh.loader.config import Config, SubagentsConfig
+from dsh.loader.texts import TEXTS
 
 
 def test_defaults_match_the_spec_table() -> None:

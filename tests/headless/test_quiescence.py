@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loader.agent import Agent, PreStep
-from loader.config import Config
-from loader.headless import RunRequest, RunSinks, run_tree
-from loader.models import ReplayProvider
-from loader.texts import TEXTS
-from loader.transcripts import load_transcript
+from dsh.loader.agent import Agent, PreStep
+from dsh.loader.config import Config
+from dsh.loader.headless import RunRequest, RunSinks, run_tree
+from dsh.loader.models import ReplayProvider
+from dsh.loader.texts import TEXTS
+from dsh.loader.transcripts import load_transcript
 
 SCRIPT = {
     "version": 1,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loader.config import Config
-from loader.headless import RunRequest, run_tree
-from loader.models import ReplayProvider
-from loader.transcripts import load_transcript
+from dsh.loader.config import Config
+from dsh.loader.headless import RunRequest, run_tree
+from dsh.loader.models import ReplayProvider
+from dsh.loader.transcripts import load_transcript
 
 SCRIPT = {"version": 1, "name": "two-turns", "task": "go", "agents": {"root": {"replies": [{"text": "ONE"}]}}}
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from home_kit import validate_home
 
-from loader.agent import Agent, user_message
-from loader.host import ControlServer, socket_path
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.host import ControlServer, socket_path
 
 SPAWN = {"toolCalls": [{"id": "sa", "name": "subagent", "arguments": {"label": "c", "prompt": "do it"}}]}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.host import (
+from dsh.loader.host import (
     BadAddress,
     NoLiveRun,
     UnknownSession,
@@ -20,8 +20,8 @@ from loader.host import (
     route,
     socket_path,
 )
-from loader.host.client import MAX_HOPS
-from loader.session import make_header
+from dsh.loader.host.client import MAX_HOPS
+from dsh.loader.session import make_header
 
 ROOT = "session-11111111-1111-4111-8111-111111111111"
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import loader.host
+import dsh.loader.host
+
+from dsh import loader
 
 
 def test_host_exports_exactly_the_pinned_names() -> None:
@@ -34,9 +36,9 @@ def test_host_exports_exactly_the_pinned_names() -> None:
 def test_client_imports_only_the_stdlib() -> None:
     code = (
         "import sys\n"
-        "from loader.host import call_sync, parse_address, route, RpcError, NoLiveRun\n"
-        "heavy = ('pydantic', 'httpx', 'ruamel', 'asyncio', 'loader.agent', 'loader.session',\n"
-        "         'loader.subagents', 'loader.headless', 'loader.host.server', 'loader.host.methods')\n"
+        "from dsh.loader.host import call_sync, parse_address, route, RpcError, NoLiveRun\n"
+        "heavy = ('pydantic', 'httpx', 'ruamel', 'asyncio', 'dsh.loader.agent', 'dsh.loader.session',\n"
+        "         'dsh.loader.subagents', 'dsh.loader.headless', 'dsh.loader.host.server', 'dsh.loader.host.methods')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loader.host import MAX_LINE_BYTES
+from dsh.loader.host import MAX_LINE_BYTES
 
 
 def _request(method: str = "run.status", params: Any = None, request_id: Any = 1) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from loader.errors import SubagentError
-from loader.host import ControlServer, RpcError, call_sync, parse_address, route
-from loader.host.methods import _translate
+from dsh.loader.errors import SubagentError
+from dsh.loader.host import ControlServer, RpcError, call_sync, parse_address, route
+from dsh.loader.host.methods import _translate
 
 from .conftest import SPAWN
 
@@ -140,7 +140,7 @@ async def test_handler_failure_is_internal_without_exception_text(start_run, con
     await server.start()
     try:
         conn = await connect(server.path)
-        with caplog.at_level(logging.ERROR, logger="loader.host.server"):
+        with caplog.at_level(logging.ERROR, logger="dsh.loader.host.server"):
             raw, response = await conn.exchange(b'{"jsonrpc":"2.0","id":1,"method":"run.status"}')
         assert response["error"] == {
             "code": -32603,

@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from loader.host import socket_path
+from dsh.loader.host import socket_path
 
 ROOT = "session-5f0c1d2e-0000-4000-8000-000000000000"
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from loader.errors import DshError
-from loader.host import MAX_LINE_BYTES, ControlServer, NoLiveRun, RpcError, RpcTransportError, call_sync
+from dsh.loader.errors import DshError
+from dsh.loader.host import MAX_LINE_BYTES, ControlServer, NoLiveRun, RpcError, RpcTransportError, call_sync
 
 from .conftest import expected_primary
 
@@ -58,7 +58,7 @@ async def test_socket_is_0600_in_a_0700_directory_and_removed_at_close(start_run
 
 def test_the_long_home_really_exceeds_the_limit(tmp_path: Path) -> None:
     """Guards the fixture: the "long" home must force the fallback, the "short" one must not."""
-    from loader.host.paths import MAX_SOCKET_PATH_BYTES
+    from dsh.loader.host.paths import MAX_SOCKET_PATH_BYTES
 
     root = "session-00000000-0000-4000-8000-000000000000"
     long_home = tmp_path / ("deep-" * 16) / "home"
@@ -74,7 +74,7 @@ async def test_stale_socket_is_replaced_at_start(make_tree, home: Path, caplog) 
     server.path.parent.mkdir(parents=True)
     with socket.socket(socket.AF_UNIX) as dead:
         dead.bind(str(server.path))  # bound, never listening: what a crashed run leaves behind
-    with caplog.at_level("INFO", logger="loader.host.server"):
+    with caplog.at_level("INFO", logger="dsh.loader.host.server"):
         await server.start()
     try:
         assert any("removed stale control socket" in r.getMessage() for r in caplog.records)
@@ -233,7 +233,7 @@ async def test_client_reports_an_oversize_request_as_bad_request(start_run, home
 @pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="SO_PEERCRED is Linux-only")
 async def test_peer_with_another_uid_is_disconnected_unanswered(start_run, home: Path, caplog) -> None:
     run = await start_run(peer_uid=os.getuid() + 1)
-    with caplog.at_level("WARNING", logger="loader.host.server"), pytest.raises(RpcTransportError):
+    with caplog.at_level("WARNING", logger="dsh.loader.host.server"), pytest.raises(RpcTransportError):
         await asyncio.to_thread(call_sync, home, run.root.id, "run.status", {}, 5)
     assert any(f"uid {os.getuid()}" in r.getMessage() for r in caplog.records)
 

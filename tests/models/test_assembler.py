@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from loader.errors import ProviderError
-from loader.models import (
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import (
     Assembler,
     Finish,
     ReasoningDelta,
@@ -16,7 +16,7 @@ from loader.models import (
     ToolCallDelta,
     Usage,
 )
-from loader.models.protocol import Chunk
+from dsh.loader.models.protocol import Chunk
 
 
 def assemble(*chunks: Chunk) -> Assembler:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import loader.models
+import dsh.loader.models
+
+from dsh import loader
 
 
 def test_models_exports_exactly_the_pinned_names() -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController, Aborted
-from loader.agent import Agent, text_of, user_message
-from loader.errors import ProviderError
-from loader.models import (
+from dsh.loader.abort import AbortController, Aborted
+from dsh.loader.agent import Agent, text_of, user_message
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import (
     DEFAULT_USAGE,
     Finish,
     FunctionInfo,
@@ -30,7 +30,7 @@ from loader.models import (
     ToolCallDelta,
     Usage,
 )
-from loader.tree import Tree
+from dsh.loader.tree import Tree
 
 BACKSTOP = 10  # seconds; only ever reached when a test is failing
 

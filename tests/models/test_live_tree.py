@@ -32,18 +32,18 @@ import httpx
 from tree_kit import reach
 from typer.testing import CliRunner
 
-from loader.agent import Agent, AgentOptions, user_message
-from loader.config import Config
-from loader.headless import RunRequest, RunResult, Tree, run_tree
-from loader.models import OpenAICompatibleProvider
-from loader.models.recorder import REDACTED
-from loader.session import read, validate_log
-from loader.subagents import UserAuthority, interrupt
-from loader.testing.flow import project
-from loader.testing.normalize import normalize
-from loader.testing.runner import arun_flow
-from loader.texts import TEXTS, render
-from loader.transcripts import load_transcript
+from dsh.loader.agent import Agent, AgentOptions, user_message
+from dsh.loader.config import Config
+from dsh.loader.headless import RunRequest, RunResult, Tree, run_tree
+from dsh.loader.models import OpenAICompatibleProvider
+from dsh.loader.models.recorder import REDACTED
+from dsh.loader.session import read, validate_log
+from dsh.loader.subagents import UserAuthority, interrupt
+from dsh.loader.testing.flow import project
+from dsh.loader.testing.normalize import normalize
+from dsh.loader.testing.runner import arun_flow
+from dsh.loader.texts import TEXTS, render
+from dsh.loader.transcripts import load_transcript
 
 from ._sse import SSE_HEADERS, delta, finish, sse, usage
 
@@ -428,7 +428,7 @@ async def test_m97_interrupting_a_live_child_closes_its_stalled_stream_at_once(l
 
 def test_dsh_run_record_writes_a_private_redacted_transcript(llm, tmp_path):
     """§15.5 through the CLI: respx patches httpx in-process, so `CliRunner` reaches the route."""
-    from cli.main import app
+    from dsh.cli.main import app
 
     route = llm.post(URL).mock(side_effect=lambda request: ok(Body(text_reply("RECORDED ", "ANSWER"))))
     short = Path(tempfile.mkdtemp(prefix="dsh-rec-", dir="/tmp"))  # a short path for the control socket

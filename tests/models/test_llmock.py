@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController
-from loader.agent import user_message
-from loader.errors import ProviderError
-from loader.models import Assembler, Chunk, Finish, ModelRequest, OpenAICompatibleProvider, TextDelta, ToolCallDelta
+from dsh.loader.abort import AbortController
+from dsh.loader.agent import user_message
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import Assembler, Chunk, Finish, ModelRequest, OpenAICompatibleProvider, TextDelta, ToolCallDelta
 
 from .test_openai import FakeClock, Retries
 
@@ -288,7 +288,7 @@ def test_dsh_run_with_a_shipped_overlay_against_llmock(llmock: Server, home: Pat
     llmock by `DSH_MODEL__BASE_URL`; the answer is llmock's scripted reply."""
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from dsh.cli.main import app
 
     llmock.script({"type": "reply", "text": "four"})
     env = {name: None for name in os.environ if name.upper().startswith("DSH_")}

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from loader.abort import AbortController, Aborted, AbortSignal
-from loader.agent import Agent, AgentOptions, user_message
-from loader.errors import ConfigError, ProviderError, error_chain
-from loader.models import (
+from dsh.loader.abort import AbortController, Aborted, AbortSignal
+from dsh.loader.agent import Agent, AgentOptions, user_message
+from dsh.loader.errors import ConfigError, ProviderError, error_chain
+from dsh.loader.models import (
     Assembler,
     Chunk,
     Finish,
@@ -35,8 +35,8 @@ from loader.models import (
     ToolCallDelta,
     Usage,
 )
-from loader.models._openai_wire import to_openai_messages, to_openai_tools
-from loader.session import SessionStore, make_header
+from dsh.loader.models._openai_wire import to_openai_messages, to_openai_tools
+from dsh.loader.session import SessionStore, make_header
 
 from ._sse import SSE_HEADERS, delta, finish, sse, usage
 

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from loader.agent import Agent, AgentOptions, user_message
-from loader.models import Assembler, Finish, OpenAICompatibleProvider, TextDelta, ToolCallDelta, Usage
-from loader.session import SessionStore, make_header
-from loader.texts import render
+from dsh.loader.agent import Agent, AgentOptions, user_message
+from dsh.loader.models import Assembler, Finish, OpenAICompatibleProvider, TextDelta, ToolCallDelta, Usage
+from dsh.loader.session import SessionStore, make_header
+from dsh.loader.texts import render
 
 from ._sse import delta, finish, sse, usage
 from .test_openai import (  # noqa: F401  (clock and make_provider are fixtures)

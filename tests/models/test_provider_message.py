@@ -9,8 +9,8 @@ import json
 import httpx
 import pytest
 
-from loader.abort import AbortController, Aborted
-from loader.models._openai_failures import MESSAGE_LIMIT, provider_message, safe_url
+from dsh.loader.abort import AbortController, Aborted
+from dsh.loader.models._openai_failures import MESSAGE_LIMIT, provider_message, safe_url
 
 # The provider fixtures and stream doubles of the provider's own tests (fixtures by import).
 from .test_openai import URL, ByteChunks, Retries, clock, make_provider, request  # noqa: F401

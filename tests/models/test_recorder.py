@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loader.abort import AbortController, Aborted, AbortSignal
-from loader.errors import ProviderError
-from loader.models import (
+from dsh.loader.abort import AbortController, Aborted, AbortSignal
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import (
     Assembler,
     Chunk,
     ModelRequest,
@@ -30,8 +30,8 @@ from loader.models import (
     ReplayProvider,
     TextDelta,
 )
-from loader.models.recorder import REDACTED, secrets_from_env
-from loader.transcripts import load_transcript
+from dsh.loader.models.recorder import REDACTED, secrets_from_env
+from dsh.loader.transcripts import load_transcript
 
 from ._sse import SSE_HEADERS, delta, sse, usage
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import respx
 
-from loader.abort import AbortController, Aborted, AbortSignal
-from loader.errors import ProviderError
-from loader.models import (
+from dsh.loader.abort import AbortController, Aborted, AbortSignal
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import (
     Chunk,
     Finish,
     ModelRequest,
@@ -27,7 +27,7 @@ from loader.models import (
     ToolCallDelta,
     Usage,
 )
-from loader.transcripts import Transcript, TranscriptSpec
+from dsh.loader.transcripts import Transcript, TranscriptSpec
 
 
 @pytest.fixture(autouse=True)

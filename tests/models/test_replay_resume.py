@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loader.models import ReplayProvider
-from loader.models.replay import replies_served
-from loader.transcripts import load_transcript
+from dsh.loader.models import ReplayProvider
+from dsh.loader.models.replay import replies_served
+from dsh.loader.transcripts import load_transcript
 
 
 def _ev(type_: str, **data: object) -> dict:

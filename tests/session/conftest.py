@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loader.session import SessionStore, validate_log
+from dsh.loader.session import SessionStore, validate_log
 
 MakeStore = Callable[..., SessionStore]
 

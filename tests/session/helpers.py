@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from loader.session import Event, FileIO, make_header
+from dsh.loader.session import Event, FileIO, make_header
 
 
 def build_log(*items: tuple[Any, ...], start_time: int = 1000) -> list[Event]:

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController
-from loader.agent import Agent, Inbox, PreStep, epoch_stop_reason, fold_consumed_work, user_message
-from loader.errors import SessionError, SubagentError
-from loader.headless import RunRequest, run_tree
-from loader.ids import new_child_id
-from loader.models import ModelRequest, ReplayProvider
-from loader.session import (
+from dsh.loader.abort import AbortController
+from dsh.loader.agent import Agent, Inbox, PreStep, epoch_stop_reason, fold_consumed_work, user_message
+from dsh.loader.errors import SessionError, SubagentError
+from dsh.loader.headless import RunRequest, run_tree
+from dsh.loader.ids import new_child_id
+from dsh.loader.models import ModelRequest, ReplayProvider
+from dsh.loader.session import (
     REQUEUED,
     FileIO,
     Session,
@@ -41,9 +41,9 @@ from loader.session import (
     replay_inbox,
     validate_log,
 )
-from loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
-from loader.texts import render
-from loader.transcripts import load_transcript
+from dsh.loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
+from dsh.loader.texts import render
+from dsh.loader.transcripts import load_transcript
 
 from .helpers import assistant_with_calls, build_log, file_events, line, write_session_file
 

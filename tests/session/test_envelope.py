@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loader.errors import SessionError
-from loader.session import EVENT_TYPES, make_header, validate_log
+from dsh.loader.errors import SessionError
+from dsh.loader.session import EVENT_TYPES, make_header, validate_log
 
 from .helpers import assistant_with_calls, build_log
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 import fuzz_kit  # noqa: E402,F401  (registers and loads the settings profiles)
 from hostile_kit import SID, good_events, header, sha  # noqa: E402
 
-from loader.errors import SessionError
-from loader.session import SessionStore, read, validate_log
+from dsh.loader.errors import SessionError
+from dsh.loader.session import SessionStore, read, validate_log
 
 _json = st.recursive(  # small values; lists and objects as likely as scalars
     st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["", "x", "c1", "m1", "completed", "next-turn"]),

@@ -19,8 +19,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hostile_kit import SID, good_events, header, sha, write_session  # noqa: E402
 
-from loader.errors import SessionError
-from loader.session import SessionStore, read
+from dsh.loader.errors import SessionError
+from dsh.loader.session import SessionStore, read
 
 
 def _load(home: Path, session_id: str = SID) -> Any:

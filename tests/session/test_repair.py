@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from loader.errors import SessionError
-from loader.session import interrupted_turn_closers, make_header, read, validate_log
-from loader.texts import render
+from dsh.loader.errors import SessionError
+from dsh.loader.session import interrupted_turn_closers, make_header, read, validate_log
+from dsh.loader.texts import render
 
 from .helpers import assistant_with_calls, build_log, line, write_session_file
 

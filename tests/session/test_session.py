@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-import loader.session
-from loader.errors import ReentrantAppend, SessionError
-from loader.session import Event, Session, make_header
+import dsh.loader.session
+
+from dsh import loader
+from dsh.loader.errors import ReentrantAppend, SessionError
+from dsh.loader.session import Event, Session, make_header
 
 
 def new_session(**kw: Any) -> Session:
@@ -158,7 +160,7 @@ def test_observer_failure_is_logged_not_raised_and_later_observers_still_run(
 
     session.subscribe(broken)
     session.subscribe(lambda e: seen.append(e["seq"]))
-    with caplog.at_level(logging.ERROR, logger="loader.session.session"):
+    with caplog.at_level(logging.ERROR, logger="dsh.loader.session.session"):
         event = session.append("turn/start", {"turn": 1})
     assert event["seq"] == 0 and seen == [0]
     assert any("observer failed" in r.getMessage() and r.exc_info for r in caplog.records)
@@ -176,7 +178,7 @@ async def test_async_observer_is_scheduled_and_its_failure_logged() -> None:
     async def observer(event: Event) -> None:
         raise RuntimeError("async observer broke")
 
-    log = logging.getLogger("loader.session.session")
+    log = logging.getLogger("dsh.loader.session.session")
     handler = Catch(logging.ERROR)
     log.addHandler(handler)
     try:

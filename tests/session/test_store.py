@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import CheckpointError, SessionError
-from loader.session import Session, SessionStore, make_header, validate_log
-from loader.texts import render
+from dsh.loader.errors import CheckpointError, SessionError
+from dsh.loader.session import Session, SessionStore, make_header, validate_log
+from dsh.loader.texts import render
 
 from .conftest import MakeStore
 from .helpers import FailingIO, GateIO, assistant_with_calls, build_log, file_events, line, write_session_file
@@ -218,9 +218,9 @@ async def test_failed_timer_write_is_retried_by_the_next_enqueue(
                 logged.set()
 
     flag = Flag()
-    logging.getLogger("loader.session.store").addHandler(flag)
+    logging.getLogger("dsh.loader.session.store").addHandler(flag)
     try:
-        with caplog.at_level(logging.WARNING, logger="loader.session.store"):
+        with caplog.at_level(logging.WARNING, logger="dsh.loader.session.store"):
             session.append("turn/start", {"turn": 1})
             # The store logs only once the failed write is fully handled; append after that, so
             # the retry comes from this enqueue and not from the still in-flight failed write.
@@ -230,7 +230,7 @@ async def test_failed_timer_write_is_retried_by_the_next_enqueue(
             session.append("step/start", {"turn": 1, "step": 1})
             assert await asyncio.to_thread(io.wrote.wait, 5)
     finally:
-        logging.getLogger("loader.session.store").removeHandler(flag)
+        logging.getLogger("dsh.loader.session.store").removeHandler(flag)
     await store.flush(session)
     assert [e["seq"] for e in file_events(store.path(SID))] == [0, 1]
     assert any("write of 1 events failed" in r.getMessage() for r in caplog.records)
@@ -281,7 +281,7 @@ async def test_close_logs_a_failing_final_flush_instead_of_raising(
     store = make_store(io=FailingIO(fail_next=99), batch_delay_ms=60_000)
     session = await store.create(make_header(SID))
     session.append("turn/start", {"turn": 1})
-    with caplog.at_level(logging.ERROR, logger="loader.session.store"):
+    with caplog.at_level(logging.ERROR, logger="dsh.loader.session.store"):
         await store.close(session)
     assert session.closed and not store.is_live(SID)
     assert any("final flush failed" in r.getMessage() for r in caplog.records)

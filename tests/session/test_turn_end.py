@@ -6,9 +6,9 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from loader.errors import SessionError
-from loader.session import TurnEnd, TurnEndKind, validate_log
-from loader.session.envelope import TURN_END_KINDS
+from dsh.loader.errors import SessionError
+from dsh.loader.session import TurnEnd, TurnEndKind, validate_log
+from dsh.loader.session.envelope import TURN_END_KINDS
 
 
 def test_each_turn_end_typeddict_names_one_kind_and_together_they_are_the_closed_set():

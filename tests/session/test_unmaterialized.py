@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import SessionError
-from loader.session import FileIO, SessionStore, is_unmaterialized, make_header, prune_unmaterialized, read
-from loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
+from dsh.loader.errors import SessionError
+from dsh.loader.session import FileIO, SessionStore, is_unmaterialized, make_header, prune_unmaterialized, read
+from dsh.loader.session._fileio import CREATE_STEPS, TEMP_PREFIX, CreateStep
 
 from .helpers import line
 

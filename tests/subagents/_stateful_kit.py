@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.abort import Aborted, AbortSignal
-from loader.errors import ProviderError
-from loader.models import Chunk, Finish, ModelRequest, TextDelta, ToolCallDelta, Usage
+from dsh.loader.abort import Aborted, AbortSignal
+from dsh.loader.errors import ProviderError
+from dsh.loader.models import Chunk, Finish, ModelRequest, TextDelta, ToolCallDelta, Usage
 
 __all__ = ["Call", "GateProvider", "InlineExecutor", "Ledger", "ledger", "reply_error", "reply_text", "reply_tools"]
 

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant
 
-from loader.abort import AbortController
-from loader.agent import Agent, AgentOptions, Idle, Running, user_message
-from loader.session import read, validate_log
-from loader.subagents import ManagerConfig, drain, drain_descendants, state_of
-from loader.tree import Tree
+from dsh.loader.abort import AbortController
+from dsh.loader.agent import Agent, AgentOptions, Idle, Running, user_message
+from dsh.loader.session import read, validate_log
+from dsh.loader.subagents import ManagerConfig, drain, drain_descendants, state_of
+from dsh.loader.tree import Tree
 
 from ._stateful_kit import GateProvider, InlineExecutor, Ledger, ledger, reply_tools
 
@@ -93,7 +93,7 @@ class TreeHarness(RuleBasedStateMachine):
         self.loop.set_default_executor(InlineExecutor())
         self.home = Path(tempfile.mkdtemp(prefix="dsh-stateful-"))
         self.errors = ErrorLog()
-        logging.getLogger("loader").addHandler(self.errors)
+        logging.getLogger("dsh.loader").addHandler(self.errors)
         self.tree: Tree | None = None
         self.ids: dict[str, str] = {}
         self.built: dict[str, list[Agent]] = {k: [] for k in KEYS}
@@ -346,7 +346,7 @@ class TreeHarness(RuleBasedStateMachine):
             if self.tree is not None:
                 self._teardown()
         finally:
-            logging.getLogger("loader").removeHandler(self.errors)
+            logging.getLogger("dsh.loader").removeHandler(self.errors)
             self._abandon()
             shutil.rmtree(self.home, ignore_errors=True)
             if PROGRESS:  # one byte per finished example, so a long run can be watched

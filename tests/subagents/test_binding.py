@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from loader.agent import user_message
+from dsh.loader.agent import user_message
 from tree_kit import TreeWatch, calls, reach, spawn, text, turn_ends, events_of
 
 RUNS = 20

@@ -13,12 +13,12 @@ import logging
 
 import pytest
 
-from loader.agent import Agent
-from loader.errors import SubagentError
-from loader.ids import new_root_id
-from loader.session import make_header
-from loader.subagents import drain, drain_children, drain_descendants
-from loader.texts import TEXTS, render
+from dsh.loader.agent import Agent
+from dsh.loader.errors import SubagentError
+from dsh.loader.ids import new_root_id
+from dsh.loader.session import make_header
+from dsh.loader.subagents import drain, drain_children, drain_descendants
+from dsh.loader.texts import TEXTS, render
 from tree_kit import (
     FailOnceIO,
     assert_script_consumed,

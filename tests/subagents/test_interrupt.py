@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from loader.agent import Agent, user_message
-from loader.errors import SubagentError
-from loader.ids import new_child_id
-from loader.session import make_header
-from loader.subagents import (
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.errors import SubagentError
+from dsh.loader.ids import new_child_id
+from dsh.loader.session import make_header
+from dsh.loader.subagents import (
     AncestorAuthority,
     UserAuthority,
     drain_descendants,
@@ -26,7 +26,7 @@ from loader.subagents import (
     list_agents,
     state_of,
 )
-from loader.texts import render
+from dsh.loader.texts import render
 from tree_kit import (
     build,
     fresh_signal,

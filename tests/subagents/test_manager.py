@@ -13,12 +13,12 @@ import asyncio
 
 import pytest
 
-from loader.abort import AbortController, Aborted
-from loader.agent import user_message
-from loader.errors import SubagentError
-from loader.ids import new_child_id
-from loader.subagents import state_of
-from loader.texts import render
+from dsh.loader.abort import AbortController, Aborted
+from dsh.loader.agent import user_message
+from dsh.loader.errors import SubagentError
+from dsh.loader.ids import new_child_id
+from dsh.loader.subagents import state_of
+from dsh.loader.texts import render
 from tree_kit import (
     agents_of,
     assert_script_consumed,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from loader.agent import STOP_REASONS, Agent, text_block, user_message
-from loader.subagents import drain_children, render_settlement_notice, settlement_message
-from loader.texts import TEXTS, render
+from dsh.loader.agent import STOP_REASONS, Agent, text_block, user_message
+from dsh.loader.subagents import drain_children, render_settlement_notice, settlement_message
+from dsh.loader.texts import TEXTS, render
 from tree_kit import (
     FailOnceIO,
     assert_script_consumed,

@@ -9,10 +9,10 @@ The wording is pinned byte-exact here (literals, not `render`), and again in tes
 
 from __future__ import annotations
 
-from loader.agent import text_block
-from loader.subagents import render_settlement_notice, settlement_message
-from loader.subagents.notice import DETAIL_LIMIT, settlement_detail
-from loader.texts import TEXTS
+from dsh.loader.agent import text_block
+from dsh.loader.subagents import render_settlement_notice, settlement_message
+from dsh.loader.subagents.notice import DETAIL_LIMIT, settlement_detail
+from dsh.loader.texts import TEXTS
 
 from ._manager_kit import assert_script_consumed, entered, log, signal, within
 

@@ -65,7 +65,7 @@ def imported(path: Path) -> set[str]:
 @pytest.mark.parametrize("module", ["teardown.py", "notice.py", "materialize.py", "coldresume.py", "config.py"])
 def test_the_manager_s_satellites_do_not_import_it(module: str) -> None:
     # Imports point one way: manager -> teardown -> notice; the satellites see a Protocol.
-    assert "loader.subagents.manager" not in imported(SUBAGENTS / module)
+    assert "dsh.loader.subagents.manager" not in imported(SUBAGENTS / module)
 
 
 def test_the_write_check_sees_a_write() -> None:

@@ -217,7 +217,7 @@ def _root_and_child_scripts() -> dict[str, Any]:
 
 async def _started(make_tree: Any) -> tuple[Any, Any, Any]:
     """A tree whose root spawned `w` (held at its first step) and finished turn 1 with STARTED."""
-    from loader.agent import user_message
+    from dsh.loader.agent import user_message
 
 
     tree = await make_tree(_root_and_child_scripts())
@@ -264,7 +264,7 @@ async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next
 ) -> None:
     """A drain injects the child's `aborted` notice into the closing root, which starts no turn for
     it; the root's disposal no longer cancels it, so the next residency enters it exactly once."""
-    from loader.subagents import drain_descendants
+    from dsh.loader.subagents import drain_descendants
 
     tree, root, _gate = await _started(make_tree)
     child_id = tree.provider.inner.session_of("w")
@@ -290,8 +290,8 @@ async def test_a_closing_parents_disposal_keeps_the_injected_notice_for_its_next
 async def test_a_live_parent_whose_log_holds_the_notice_id_never_gets_it_twice(make_tree, home: Path) -> None:
     """The last guard of "never insert it twice": `deliver_live` checks the parent's whole log, not
     only its pending queue, so a notice already claimed and answered is not inserted again."""
-    from loader.subagents import settlement_message
-    from loader.subagents.notice import deliver_live
+    from dsh.loader.subagents import settlement_message
+    from dsh.loader.subagents.notice import deliver_live
 
     tree = await make_tree({"root": {"replies": [{"text": "NOTED"}]}})
     root = await tree.create_root()

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController, Aborted
-from loader.agent import Agent, user_message
-from loader.errors import ConfigError, SubagentError
-from loader.subagents import ManagerConfig, drain_children, drain_descendants, report_from
-from loader.texts import TEXTS, render
+from dsh.loader.abort import AbortController, Aborted
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.errors import ConfigError, SubagentError
+from dsh.loader.subagents import ManagerConfig, drain_children, drain_descendants, report_from
+from dsh.loader.texts import TEXTS, render
 from tree_kit import (
     build,
     fresh_signal,

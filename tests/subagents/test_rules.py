@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from loader.agent import Agent, fold_consumed_work, user_message
-from loader.errors import SubagentError
-from loader.host import ControlServer
-from loader.subagents import Activation, UserAuthority, drain_children, interrupt, settlement_message
-from loader.subagents.notice import SUMMARY_LIMIT
-from loader.texts import render
+from dsh.loader.agent import Agent, fold_consumed_work, user_message
+from dsh.loader.errors import SubagentError
+from dsh.loader.host import ControlServer
+from dsh.loader.subagents import Activation, UserAuthority, drain_children, interrupt, settlement_message
+from dsh.loader.subagents.notice import SUMMARY_LIMIT
+from dsh.loader.texts import render
 from tree_kit import (
     HANG,
     RecordingAgent,
@@ -153,7 +153,7 @@ def test_a_recorded_token_limit_outranks_a_later_cancel_of_pending_work():
     """Rule 2 (§7.2), the token-limit half: a driver continues after a `max-tokens` turn when work
     is queued, so the runtime cannot leave pending work behind one; the fold still must rank it above
     a later drop. Broken by the same two fold.py mutations as above."""
-    from loader.agent import epoch_stop_reason
+    from dsh.loader.agent import epoch_stop_reason
 
     events = [
         _event(0, "turn/start", turn=1),
@@ -400,7 +400,7 @@ async def test_rpc_interrupt_answers_an_unexpected_failure_as_internal_without_i
     try:
         request = {"jsonrpc": "2.0", "id": 7, "method": "subagent.interrupt",
                    "params": {"parentSessionId": root.id, "childSessionId": child.id}}
-        with caplog.at_level(logging.ERROR, logger="loader.host.server"):
+        with caplog.at_level(logging.ERROR, logger="dsh.loader.host.server"):
             writer.write(json.dumps(request).encode() + b"\n")
             await writer.drain()
             raw = await reach(reader.readline())

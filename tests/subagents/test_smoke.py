@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loader.agent import user_message
+from dsh.loader.agent import user_message
 
 
 async def test_idle_root_gets_one_notice_turn_from_a_settled_child(make_tree):
@@ -37,7 +37,7 @@ async def test_idle_root_gets_one_notice_turn_from_a_settled_child(make_tree):
 
 async def test_cold_resume_keeps_the_run_from_reading_done_while_it_reads_the_header(make_tree):
     """S11 must not read DONE while a delivery is cold-resuming a settled child (e.g. `dsh send`)."""
-    from loader.abort import AbortController
+    from dsh.loader.abort import AbortController
 
     tree = await make_tree(
         {

@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from loader.agent import Agent, Running
-from loader.errors import SubagentError
-from loader.subagents import (
+from dsh.loader.agent import Agent, Running
+from dsh.loader.errors import SubagentError
+from dsh.loader.subagents import (
     AncestorAuthority,
     UserAuthority,
     drain_children,
@@ -37,7 +37,7 @@ from loader.subagents import (
     interrupt,
     report_from,
 )
-from loader.texts import render
+from dsh.loader.texts import render
 
 from ._stateful_kit import reply_error, reply_text, reply_tools
 from ._stateful_machine import CHILDREN, KEYS, PARENT_OF, TreeHarness, event

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from loader.agent import Agent
-from loader.errors import SubagentError
-from loader.subagents import drain_children, drain_descendants
-from loader.texts import TEXTS, render
+from dsh.loader.agent import Agent
+from dsh.loader.errors import SubagentError
+from dsh.loader.subagents import drain_children, drain_descendants
+from dsh.loader.texts import TEXTS, render
 from tree_kit import (
     TreeWatch,
     build,
@@ -240,7 +240,7 @@ async def test_a_crashed_transaction_still_resolves_its_disposal_with_the_crash(
     opened = asyncio.Event()
     tree.manager.events.on("changed", lambda _p: activation.disposal is not None and opened.set())
     monkeypatch.setattr(tree.manager, "release_ownership", broken_release)
-    with caplog.at_level(logging.ERROR, logger="loader.subagents.teardown"):
+    with caplog.at_level(logging.ERROR, logger="dsh.loader.subagents.teardown"):
         held.release()
         await reach(opened)
         assert activation.disposal is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-PLUGIN = "loader.testing.plugin"
+PLUGIN = "dsh.loader.testing.plugin"
 
 
 def plugin_installed() -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import loader.testing
+import dsh.loader.testing
+
+from dsh import loader
 
 
 def test_testing_exports_exactly_the_pinned_names() -> None:
@@ -19,7 +21,7 @@ def test_testing_exports_exactly_the_pinned_names() -> None:
 def test_importing_the_package_or_the_plugin_imports_neither_syrupy_nor_the_runtime() -> None:
     code = (
         "import sys, loader.testing, loader.testing.plugin; "
-        "print(sorted(m for m in ('syrupy', 'loader.headless') if m in sys.modules))"
+        "print(sorted(m for m in ('syrupy', 'dsh.loader.headless') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

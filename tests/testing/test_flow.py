@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loader.headless import RunResult
-from loader.session import make_header, read, validate_log
-from loader.testing import Flow, normalize, project
+from dsh.loader.headless import RunResult
+from dsh.loader.session import make_header, read, validate_log
+from dsh.loader.testing import Flow, normalize, project
 
 
 def _write(home: Path, header: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> None:

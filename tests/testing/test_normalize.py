@@ -9,7 +9,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from loader.testing import dump_flow, normalize
+from dsh.loader.testing import dump_flow, normalize
 
 
 def _flow(root: str, child: str, prompt_id: str, notice_id: str, other: str, call_id: str = "start-child") -> dict[str, Any]:

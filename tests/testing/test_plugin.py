@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from loader.testing import Flow, TranscriptViolation
-from loader.testing.plugin import ci_is_read_only
+from dsh.loader.testing import Flow, TranscriptViolation
+from dsh.loader.testing.plugin import ci_is_read_only
 
-PLUGIN = "loader.testing.plugin"
+PLUGIN = "dsh.loader.testing.plugin"
 
 
 def test_background_settlement_flow_matches_snapshot(dsh_flow: Any, flow_snapshot: Any) -> None:
@@ -114,7 +114,7 @@ async def test_async_repeat_returns_the_one_flow(dsh_flow: Any) -> None:
 
 
 def test_repeat_raises_flows_differ_with_the_diff_when_runs_disagree(dsh_flow: Any, threaded_replay: None) -> None:
-    from loader.testing import FlowsDiffer
+    from dsh.loader.testing import FlowsDiffer
 
     with pytest.raises(FlowsDiffer) as caught:
         dsh_flow(TWO_SIBLINGS, repeat=30)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 README = Path(__file__).resolve().parents[2] / "transcripts" / "README.md"
-PLUGIN = "loader.testing.plugin"
+PLUGIN = "dsh.loader.testing.plugin"
 
 
 def block(section: str, language: str) -> str:

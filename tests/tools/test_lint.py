@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from loader.errors import TranscriptError
-from loader.tools import TOOL_PARAMETERS, lint_transcript
-from loader.transcripts import load_transcript
+from dsh.cli.main import app
+from dsh.loader.errors import TranscriptError
+from dsh.loader.tools import TOOL_PARAMETERS, lint_transcript
+from dsh.loader.transcripts import load_transcript
 
 SHIPPED = Path(__file__).resolve().parents[2] / "transcripts"
 

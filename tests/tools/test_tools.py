@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from loader.abort import AbortController
-from loader.agent import Agent, user_message
-from loader.ids import new_child_id
-from loader.session import make_header
-from loader.subagents import UserAuthority, interrupt, list_agents
-from loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.abort import AbortController
+from dsh.loader.agent import Agent, user_message
+from dsh.loader.ids import new_child_id
+from dsh.loader.session import make_header
+from dsh.loader.subagents import UserAuthority, interrupt, list_agents
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 from tree_kit import (
     build,
     HANG,

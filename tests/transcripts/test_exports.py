@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import loader.transcripts
+import dsh.loader.transcripts
+
+from dsh import loader
 
 
 def test_transcripts_exports_exactly_the_pinned_names() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import ConfigError, TranscriptError
-from loader.transcripts import Transcript, load_transcript
+from dsh.loader.errors import ConfigError, TranscriptError
+from dsh.loader.transcripts import Transcript, load_transcript
 
 
 def write(tmp_path: Path, text: str) -> tuple[Path, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loader.transcripts import PlaceholderKind, UnresolvedPlaceholder, resolve_placeholders
+from dsh.loader.transcripts import PlaceholderKind, UnresolvedPlaceholder, resolve_placeholders
 
 LIVE = {("child", "start"): "c-1", ("session", "root"): "s-root"}
 

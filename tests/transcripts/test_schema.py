@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from loader.transcripts import Reply, TranscriptSpec
+from dsh.loader.transcripts import Reply, TranscriptSpec
 
 
 def spec(agents: dict[str, Any]) -> TranscriptSpec:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.yamlpos import YamlProblem, key_path, load_yaml_with_marks, locate, plain
+from dsh.loader.yamlpos import YamlProblem, key_path, load_yaml_with_marks, locate, plain
 
 TEXT = """\
 top:
