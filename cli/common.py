@@ -51,7 +51,8 @@ def warn(text: str) -> None:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """One clear line on stderr and the documented exit code; never a traceback for bad input."""
-    warn(message if message.startswith("dsh: ") else f"dsh: {message}")
+    # Every line is prefixed, so a tool or a person grepping for `dsh:` sees each problem (issue 11).
+    warn("\n".join(line if line.startswith("dsh: ") else f"dsh: {line}" for line in message.splitlines() or [""]))
     from typer import Exit  # deferred (see the module docstring)
 
     raise Exit(code)

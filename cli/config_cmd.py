@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from dsh.cli.common import fail, say
+from dsh.cli.helptext import EPILOGS, PROFILE_DEFAULT, default
 from dsh.cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
@@ -30,14 +31,18 @@ ENVIRONMENT_HELP = (
     "other DSH_* variables are ignored."
 )
 
-app = typer.Typer(help="Inspect the composed configuration.", epilog=ENVIRONMENT_HELP, no_args_is_help=True)
+app = typer.Typer(help="Inspect the composed configuration.", epilog=ENVIRONMENT_HELP, no_args_is_help=True,
+                  rich_markup_mode=None)
 
 
-@app.command("show", epilog=ENVIRONMENT_HELP)
+@app.command("show", epilog=EPILOGS["config show"] + "\n\n" + ENVIRONMENT_HELP)
 def show(
-    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
-    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
-    transcript: Annotated[Optional[str], typer.Option("--transcript", help="Transcript whose overlays apply.")] = None,
+    profile: Annotated[Optional[str], typer.Option(
+        "--profile", metavar="NAME", help="Profile name or path." + default(PROFILE_DEFAULT))] = None,
+    overlay: Annotated[Optional[list[str]], typer.Option(
+        "--overlay", metavar="NAME", help="Overlay name or path (repeatable)." + default("none"))] = None,
+    transcript: Annotated[Optional[str], typer.Option(
+        "--transcript", metavar="NAME", help="Transcript whose overlays (and parked rule) apply.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Values and provenance as JSON.")] = False,
     model: ModelOption = None,
     append_system_prompt: AppendSystemPromptOption = None,

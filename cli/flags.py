@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from dsh.cli.helptext import default
+
 if TYPE_CHECKING:
     from dsh.loader.config import Layer
 
@@ -39,19 +41,25 @@ FLAG_KEYS: dict[str, str] = {
     "--max-tokens": "limits.maxTokens",
 }
 
-ModelOption = Annotated[Optional[str], typer.Option("--model", help="The model name to request (model.model).")]
+_CONFIG = default("the composed configuration's value")
+ModelOption = Annotated[Optional[str], typer.Option(
+    "--model", metavar="NAME", help="The model name to request (model.model)." + _CONFIG)]
 AppendSystemPromptOption = Annotated[Optional[str], typer.Option(
-    "--append-system-prompt", help="Text added after the system prompt of every agent (agent.appendSystemPrompt).")]
+    "--append-system-prompt", metavar="TEXT",
+    help="Text added after the system prompt of every agent (agent.appendSystemPrompt)." + _CONFIG)]
 MaxStepsOption = Annotated[Optional[int], typer.Option(
-    "--max-steps", help="Model steps per turn before the turn fails STEP_LIMIT (agent.maxStepsPerTurn).")]
+    "--max-steps", metavar="N",
+    help="Model steps per turn before the turn fails STEP_LIMIT (agent.maxStepsPerTurn)." + _CONFIG)]
 ParkedOption = Annotated[Optional[str], typer.Option(
-    "--parked", help="wait | release: what a run does when only parked subagents are left (run.parked).")]
+    "--parked", metavar="wait|release",
+    help="What a run does when only parked subagents are left: wait for `dsh send`, or release them "
+    "(run.parked)." + default("'release' under a transcript, else run.parked, 'wait'"))]
 MaxChildrenOption = Annotated[Optional[int], typer.Option(
-    "--max-children", help="Children spawned per run (limits.maxChildren, default 200).")]
+    "--max-children", metavar="N", help="Children spawned per run (limits.maxChildren)." + default("200, or the config's limits"))]
 MaxRequestsOption = Annotated[Optional[int], typer.Option(
-    "--max-requests", help="Model requests per run (limits.maxRequests, default 2000).")]
+    "--max-requests", metavar="N", help="Model requests per run (limits.maxRequests)." + default("2000, or the config's limits"))]
 MaxTokensOption = Annotated[Optional[int], typer.Option(
-    "--max-tokens", help="Tokens per run, input + output (limits.maxTokens, default 2000000).")]
+    "--max-tokens", metavar="N", help="Tokens per run, input + output (limits.maxTokens)." + default("2000000, or the config's limits"))]
 
 
 def config_flags(

@@ -22,9 +22,12 @@ from dsh.cli.common import fail, warn
 
 def flow(
     transcripts: Annotated[list[str], typer.Argument(help="Transcript names or paths.", metavar="TRANSCRIPT...")],
-    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Give up on a run after this many seconds.")] = 60,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Run each transcript N times; differing flows exit 1.")] = 1,
+    overlay: Annotated[Optional[list[str]], typer.Option(
+        "--overlay", metavar="NAME", help="Overlay name or path (repeatable).")] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="Give up on a run after this many seconds.", show_default=True)] = 60,
+    repeat: Annotated[int, typer.Option(
+        "--repeat", metavar="N", min=1, help="Run each transcript N times; differing flows exit 1.", show_default=True)] = 1,
     check: Annotated[Optional[Path], typer.Option("--check", help="Compare with DIR/<name>.flow.yaml snapshots.", metavar="DIR")] = None,
     update: Annotated[bool, typer.Option("--update", help="With --check: rewrite the snapshots.")] = False,
 ) -> None:

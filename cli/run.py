@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from dsh.cli.common import fail, resolve_writable_home, say, warn
+from dsh.cli.helptext import HOME_DEFAULT, PROFILE_DEFAULT, default
 from dsh.cli.flags import (
     AppendSystemPromptOption,
     MaxChildrenOption,
@@ -29,16 +30,29 @@ from dsh.cli.flags import (
 
 
 def run(
-    task: Annotated[Optional[str], typer.Argument(help="The task for the root agent; '-' reads it from stdin.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", help="Profile name or path.")] = None,
-    overlay: Annotated[Optional[list[str]], typer.Option("--overlay", help="Overlay name or path (repeatable).")] = None,
-    transcript: Annotated[Optional[str], typer.Option("--transcript", help="Replay a keyless transcript (name or path).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="NDJSON records (init, events, lifecycle, retry, waiting, result) on stdout.")] = False,
-    home: Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Stop the agents after this many seconds.")] = None,
-    record: Annotated[Optional[Path], typer.Option("--record", help="Record the live provider's replies as a transcript.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Finish this root session's tree ('last': the newest root in the home) after a stop or crash, then run TASK if given.")] = None,
-    output_last_message: Annotated[Optional[Path], typer.Option("--output-last-message", help="Also write the root's final answer to FILE.")] = None,
+    task: Annotated[Optional[str], typer.Argument(
+        metavar="TASK", help="The task for the root agent; '-' reads it from stdin.")] = None,
+    profile: Annotated[Optional[str], typer.Option(
+        "--profile", metavar="NAME", help="Profile name or path." + default(PROFILE_DEFAULT))] = None,
+    overlay: Annotated[Optional[list[str]], typer.Option(
+        "--overlay", metavar="NAME", help="Overlay name or path (repeatable); applied after the profile." + default("none"))] = None,
+    transcript: Annotated[Optional[str], typer.Option(
+        "--transcript", metavar="NAME", help="Replay a keyless transcript (name or path) instead of a live model.")] = None,
+    json_output: Annotated[bool, typer.Option(
+        "--json", help="NDJSON records (init, events, lifecycle, retry, waiting, result) on stdout.")] = False,
+    home: Annotated[Optional[Path], typer.Option(
+        "--home", metavar="DIR", help="Storage root." + default(HOME_DEFAULT))] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", metavar="SECONDS", help="Stop the agents after this many seconds (exit 4)." + default("no limit"))] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        "--record", metavar="FILE", help="Record the live provider's replies as a transcript; refuses to "
+        "overwrite FILE without --force.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --record overwrite an existing FILE.")] = False,
+    resume: Annotated[Optional[str], typer.Option(
+        "--resume", metavar="SESSION_ID", help="Finish this root session's tree ('last': the newest root in the "
+        "home) after a stop or crash, then run TASK if given.")] = None,
+    output_last_message: Annotated[Optional[Path], typer.Option(
+        "--output-last-message", metavar="FILE", help="Also write the root's final answer to FILE.")] = None,
     model: ModelOption = None,
     append_system_prompt: AppendSystemPromptOption = None,
     max_steps: MaxStepsOption = None,
@@ -47,6 +61,9 @@ def run(
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each model request and reply to stderr (as DSH_LOG=debug); never the API key.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No live tree on stderr (it is drawn only when stderr is a TTY; warnings and "
+        "errors still print).")] = False,
 ) -> None:
     """Run one agent tree until it is quiet; print the root's answer."""
     import asyncio
@@ -67,6 +84,9 @@ def run(
         fail(f"--output-last-message: no directory {output_last_message.parent}", 2)
     if record is not None and transcript is not None:
         fail("--record records a live run; it cannot be combined with --transcript", 2)
+    if record is not None and (record.exists() or record.is_symlink()) and not force:
+        # Checked before the run: a recording would silently replace a transcript someone keeps.
+        fail(f"--record: {record} already exists; give --force to overwrite it", 2)
     if record is not None and resume is not None and task is None:
         fail("--record with --resume needs the TASK to record", 2)
     try:
@@ -76,7 +96,8 @@ def run(
 
             lint_transcript(script)
         if script is not None and task is not None:
-            fail("give either TASK or --transcript (whose task is used), not both", 2)
+            fail("give either TASK or --transcript (whose task is used), not both"
+                 + (_flag_value_hint(task) or ""), 2)
         flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
                              parked=parked, max_children=max_children, max_requests=max_requests,
                              max_tokens=max_tokens)
@@ -110,8 +131,7 @@ def run(
         from dsh.loader.ndjson import RecordStream
 
         sinks.records = RecordStream(emit)
-    if sys.stderr.isatty():
-        sinks.on_progress = _progress_printer()
+    live = None if quiet or not sys.stderr.isatty() else _live_tree(sinks)
 
     received: list[int] = []
 
@@ -121,6 +141,8 @@ def run(
 
         def on_signal(signum: int) -> None:
             if received:
+                if live is not None:
+                    live.abandon()
                 os._exit(130 if received[0] == signal.SIGINT else 143)  # second signal: now
             received.append(signum)
             warn(TEXTS["T-CLI-SIGINT"])
@@ -138,6 +160,7 @@ def run(
 
     from dsh.cli.fastpath import started
 
+    _warnings_to_stderr()
     started()  # the runtime is imported: freeze it and collect garbage again from here on
 
     from dsh.cli.logsetup import log_level, log_to_stderr
@@ -145,7 +168,11 @@ def run(
     key_env = config.model.api_key_env
     try:
         with log_to_stderr(log_level(verbose, os.environ), [os.environ.get(key_env, "")] if key_env else []):
-            result = asyncio.run(main())
+            if live is not None:
+                with live:
+                    result = asyncio.run(main())
+            else:
+                result = asyncio.run(main())
     except ConfigError as exc:
         fail(exc.message, 2)
     except DshError as exc:  # an unsafe home or session file is the user's to fix: exit 2 (issue 15)
@@ -154,7 +181,7 @@ def run(
     exit_code = (130 if received[0] == signal.SIGINT else 143) if received else result.exit_code
     if sinks.records is not None:
         sinks.records.result({**result.to_json(), "exitCode": exit_code})
-    else:
+    elif result.output or exit_code == 0:  # a failed root with no answer prints nothing, not "\n"
         try:
             say(result.output)
         except BrokenPipeError:
@@ -172,6 +199,35 @@ def run(
 
         warn(render("T-CLI-ROOT-ERROR", code=result.error.get("code"), message=result.error.get("message")))
     raise typer.Exit(exit_code)
+
+
+def _warnings_to_stderr() -> None:
+    """The runtime's warnings as `dsh: …` lines on the current stderr (looked up per line, so the
+    live tree's proxy puts them above the tree); without a handler, logging's last resort prints
+    them bare. Installed once per process (CliRunner runs many commands in one)."""
+    import logging
+
+    runtime = logging.getLogger("dsh.loader")
+    if any(getattr(h, "dsh_lines", False) for h in runtime.handlers):
+        return
+
+    class DshLines(logging.Handler):
+        dsh_lines = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                warn(f"dsh: {record.getMessage()}")
+            except Exception:  # a broken stderr must not break the run
+                self.handleError(record)
+
+    runtime.addHandler(DshLines(logging.WARNING))
+
+
+def _flag_value_hint(task: str) -> str | None:
+    """`dsh run --json true --transcript hello`: flags take no value, so `true` became the TASK; say so."""
+    if task.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+        return f"; flags such as --json and --quiet take no value, so {task!r} was read as the TASK"
+    return None
 
 
 def _profile_label(path: Path) -> str:
@@ -231,8 +287,13 @@ def _drop_stdout() -> None:
         pass
 
 
-def _progress_printer() -> Any:
-    from rich.console import Console  # deferred; rich honours NO_COLOR
+def _live_tree(sinks: Any) -> Any:
+    """The live tree on stderr (issue 11 item 2), fed by the run's sinks; stdout is never touched."""
+    from rich.console import Console  # deferred: only a TTY run pays for rich; rich honours NO_COLOR
 
-    console = Console(stderr=True, highlight=False)
-    return lambda line: console.print(line, markup=False)
+    from dsh.cli.live import LiveTree
+
+    live = LiveTree(Console(stderr=True, highlight=False))
+    sinks.on_agent, sinks.on_event, sinks.on_lifecycle = live.agent, live.event, live.lifecycle
+    sinks.on_waiting = live.waiting
+    return live

@@ -18,11 +18,15 @@ from typing import Annotated, Any, Optional
 import typer
 
 from dsh.cli.common import fail, resolve_home, say, warn
+from dsh.cli.helptext import EPILOGS, HOME_DEFAULT, default
 
-app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True)
+app = typer.Typer(help="Inspect saved sessions.", no_args_is_help=True, rich_markup_mode=None)
 
-HomeOption = Annotated[Optional[Path], typer.Option("--home", help="Storage root (default $DSH_HOME or ~/.dsh).")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+HomeOption = Annotated[Optional[Path], typer.Option(
+    "--home", metavar="DIR", help="Storage root." + default(HOME_DEFAULT))]
+JsonOption = Annotated[bool, typer.Option("--json", help="NDJSON on stdout: one JSON object per line.")]
+SessionIdArgument = Annotated[str, typer.Argument(
+    metavar="SESSION_ID", help="A session id, as `dsh sessions list` prints it.")]
 
 
 def _read(home: Path, session_id: str) -> Any:
@@ -48,7 +52,7 @@ def _read(home: Path, session_id: str) -> Any:
         raise typer.Exit(1) from None
 
 
-@app.command("list")
+@app.command("list", epilog=EPILOGS["sessions list"])
 def list_sessions(
     home: HomeOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
@@ -109,9 +113,9 @@ def _clip(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-@app.command("show")
+@app.command("show", epilog=EPILOGS["sessions show"])
 def show(
-    session_id: Annotated[str, typer.Argument(metavar="ID")],
+    session_id: SessionIdArgument,
     home: HomeOption = None,
     json_output: JsonOption = False,
     requests: Annotated[bool, typer.Option(
@@ -139,9 +143,9 @@ def show(
         warn(f"dsh: {session_id}: torn tail after byte {result.issue['truncateTo']} (ignored; a resume repairs it)")
 
 
-@app.command("tree")
+@app.command("tree", epilog=EPILOGS["sessions tree"])
 def tree(
-    session_id: Annotated[str, typer.Argument(metavar="ID")],
+    session_id: SessionIdArgument,
     home: HomeOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
 ) -> None:
@@ -154,7 +158,7 @@ def tree(
     print_tree(tree_rows(root_dir, session_id), json_output=json_output)
 
 
-@app.command("prune")
+@app.command("prune", epilog=EPILOGS["sessions prune"])
 def prune(
     older_than: Annotated[Optional[str], typer.Option(
         "--older-than", metavar="AGE",

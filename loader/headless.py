@@ -337,6 +337,8 @@ def _on_stall(request: RunRequest, tree: Tree, root: Agent, parked_ids: list[str
     _warn(request.sinks, render("T-CLI-STALLED", ids=", ".join(e["address"] for e in entries)))
     if request.sinks.records is not None:
         request.sinks.records.emit(record("waiting", rootSessionId=root.id, parked=entries))
+    if request.sinks.on_waiting is not None:
+        request.sinks.on_waiting(entries)
 
 
 def _system_prompt(config: Config) -> str:

@@ -31,6 +31,10 @@ class RunSinks:
     on_progress: Callable[[str], None] | None = None
     on_warning: Callable[[str], None] | None = None
     on_started: Callable[[str], None] | None = None
+    # The live TTY tree (issue 11): each agent's header as the tree creates or resumes it (before
+    # its first event), and the parked entries of each stall (those of the `waiting` record).
+    on_agent: Callable[[str, dict[str, Any]], None] | None = None
+    on_waiting: Callable[[list[dict[str, Any]]], None] | None = None
     records: RecordStream | None = None  # `--json`: the versioned NDJSON records (loader.ndjson)
 
 
@@ -124,6 +128,9 @@ def waiting_entries(tree: Tree, parked_ids: list[str], home: Path) -> list[dict[
 
 def attach_sinks(tree: Tree, sinks: RunSinks) -> None:
     records = sinks.records
+    if sinks.on_agent is not None:
+        on_agent = sinks.on_agent
+        tree.agent_hooks.append(lambda agent: on_agent(agent.id, dict(agent.header)))
     if sinks.on_event is not None or records is not None:
         on_event = sinks.on_event
 

@@ -149,6 +149,8 @@ TEXTS: dict[str, str] = {
     "T-CLI-STALLED": (
         "dsh: waiting on parked subagents {ids}; resume one with 'dsh send' or press Ctrl-C to stop"
     ),
+    # Issue 11 (the live tree on a TTY): one line per parked subagent while the run waits.
+    "T-CLI-LIVE-WAITING": "waiting on parked: {label} — `{send}` resumes",
     # Issue 16 (`--parked release`): the run ended by releasing parked work, and says so.
     "T-CLI-RELEASED": "dsh: released parked subagents {ids}; their queued messages were discarded",
     "T-CLI-SIGINT": "dsh: stopping agents (press Ctrl-C again to exit now)",

@@ -228,6 +228,8 @@ ISSUE_11_TEXTS = {
     "T-CLI-PRUNE-KEPT-LIVE": "dsh: kept {path}: a running dsh holds it",
     "T-CLI-PRUNE-NONE-OLD": "dsh: no sessions older than {age} to prune under {home}/sessions",
     "T-CLI-NO-REQUESTS": "dsh: session {id} records no model requests (it ran before dsh logged them, or never ran)",
+    # items 2, 3, 5
+    "T-CLI-LIVE-WAITING": "waiting on parked: {label} — `{send}` resumes",
 }
 
 SPEC_TEXTS = {

@@ -37,6 +37,7 @@ from dsh.loader.config._layers import Layer, Merged, file_layer
 from dsh.loader.config._render import DEFAULT_SOURCE, render_yaml
 from dsh.loader.config.schema import Config
 from dsh.loader.errors import ConfigError
+from dsh.loader.problems import in_position_order, unknown_key_problem
 from dsh.loader.shipped import ShippedKind, resolve_name, shipped_dir
 from dsh.loader.yamlpos import Loc
 
@@ -134,7 +135,7 @@ def compose(
     except ValidationError as exc:
         problems.extend(_validation_problems(exc, merged))
     if problems or config is None:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError("\n".join(in_position_order(problems)))
 
     logger.debug("composed config from %s", [layer.label for layer in layers])
     return ComposedConfig(
@@ -203,6 +204,8 @@ def _validation_problems(exc: ValidationError, merged: Merged) -> list[str]:
     for err in exc.errors():
         loc: Loc = tuple(err["loc"])
         problem = _PROBLEM_TEXT.get(err["type"], err["msg"])
+        if err["type"] == "extra_forbidden":
+            problem = unknown_key_problem(Config, loc)
         cause = (err.get("ctx") or {}).get("error")
         if err["type"] == "value_error" and cause is not None:
             problem = str(cause)  # drop pydantic's "Value error, " prefix

@@ -19,7 +19,9 @@ Issue 16 item 4 (third-party servers):
 from __future__ import annotations
 
 import email.utils
+import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -28,7 +30,14 @@ import httpx
 from dsh.loader.errors import ProviderCode, ProviderError
 from dsh.loader.texts import render
 
-__all__ = ["Failure", "ReadGap", "gap_failure", "retry_after", "status_failure", "transport_failure"]
+__all__ = [
+    "Failure", "ReadGap", "gap_failure", "provider_message", "retry_after", "safe_url", "status_failure",
+    "transport_failure",
+]
+
+# Issue 11 item 5: the provider's own words on an HTTP error, trimmed to one short line.
+MESSAGE_LIMIT = 200
+_TOKEN = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-]{6,}|\bBearer\s+\S+", re.IGNORECASE)
 
 _RETRIED_STATUS: dict[int, ProviderCode] = {429: "RATE_LIMITED", 500: "PROVIDER_UNAVAILABLE",
                                             502: "PROVIDER_UNAVAILABLE", 503: "PROVIDER_UNAVAILABLE",
@@ -57,9 +66,10 @@ class Failure:
         return ProviderError(self.code, f"{self.what} ({self.code}){tail}{hint}", status=self.status)
 
 
-def status_failure(response: httpx.Response, base_url: str | None = None) -> Failure:
+def status_failure(response: httpx.Response, base_url: str | None = None, detail: str | None = None) -> Failure:
+    """`detail` is the provider's own message (`provider_message`), already trimmed and key-free."""
     status = response.status_code
-    what = f"the model provider answered HTTP {status}"
+    what = f"the model provider answered HTTP {status}" + (f": {detail}" if detail else "")
     if status in _RETRIED_STATUS:
         return Failure(_RETRIED_STATUS[status], what, status=status, retryable=True,
                         retry_after=retry_after(response.headers))
@@ -88,16 +98,64 @@ def _missing_v1_hint(base_url: str) -> str | None:
     return render("T-PROVIDER-NO-V1", suggested=suggested)
 
 
-def transport_failure(exc: BaseException, *, retryable: bool = False) -> Failure:
-    """`retryable` asks for a retry; only transport errors (timeouts, connect, read) get one."""
+def transport_failure(exc: BaseException, *, retryable: bool = False, url: str | None = None) -> Failure:
+    """`retryable` asks for a retry; only transport errors (timeouts, connect, read) get one.
+    `url` (the request's) is named without credentials or query (`safe_url`)."""
     retryable = retryable and isinstance(exc, httpx.TransportError)
     kind = type(exc).__name__
+    provider = "the model provider" + (f" at {safe_url(url)}" if url else "")
     if isinstance(exc, httpx.TimeoutException):
-        return Failure("TIMEOUT", f"the model provider timed out ({kind})", retryable=retryable,
+        return Failure("TIMEOUT", f"{provider} timed out ({kind})", retryable=retryable,
                         cause=exc)
-    what = ("could not connect to the model provider" if isinstance(exc, httpx.ConnectError)
-            else "the connection to the model provider failed")
+    what = (f"could not connect to {provider}" if isinstance(exc, httpx.ConnectError)
+            else f"the connection to {provider} failed")
     return Failure("NETWORK", f"{what} ({kind})", retryable=retryable, cause=exc)
+
+
+def safe_url(url: str) -> str:
+    """`url` without userinfo, query or fragment: a key may ride in any of them."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "(an invalid URL)"
+    return str(parsed.copy_with(userinfo=b"", query=None, fragment=None))
+
+
+def provider_message(body: bytes, secrets: tuple[str | None, ...] = ()) -> str | None:
+    """The message an HTTP error body carries (`{"error": {"message": …}}`, `{"error": …}`,
+    `{"message": …}`, `{"detail": …}`, or short plain text), on one line, at most MESSAGE_LIMIT
+    characters, with every secret and anything shaped like a key or bearer token replaced."""
+    text = body.decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if data is not None:
+        found = _message_in(data)
+        if found is None:
+            return None
+        text = found
+    elif text.startswith("<"):  # an HTML error page says nothing a line can carry
+        return None
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    text = _TOKEN.sub("<redacted>", " ".join(text.split()))
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _message_in(data: object) -> str | None:
+    if isinstance(data, str):
+        return data or None
+    if isinstance(data, dict):
+        for key in ("error", "message", "detail"):
+            if key in data:
+                found = _message_in(data[key])
+                if found:
+                    return found
+    return None
 
 
 def gap_failure(read_timeout: float, *, retryable: bool = False) -> Failure:

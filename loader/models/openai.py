@@ -50,7 +50,14 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from dsh.loader.abort import Aborted, AbortSignal
 from dsh.loader.errors import ConfigError, ProviderError
-from dsh.loader.models._openai_failures import Failure, ReadGap, gap_failure, status_failure, transport_failure
+from dsh.loader.models._openai_failures import (
+    Failure,
+    ReadGap,
+    gap_failure,
+    provider_message,
+    status_failure,
+    transport_failure,
+)
 from dsh.loader.models._openai_wire import finish_reason, parse_event, request_body
 from dsh.loader.models.protocol import Chunk, Finish, ModelRequest, OnRetry, ToolCallDelta
 
@@ -204,7 +211,7 @@ class OpenAICompatibleProvider:
         except ReadGap as exc:
             raise gap_failure(self.read_timeout).error(1) from exc
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            raise transport_failure(exc).error(1) from exc
+            raise transport_failure(exc, url=self.url).error(1) from exc
 
     async def _open(
         self, body: dict[str, Any], signal: AbortSignal, on_retry: OnRetry
@@ -218,8 +225,9 @@ class OpenAICompatibleProvider:
             if not failure.retryable or attempt == self.max_attempts:
                 raise failure.error(attempt) from failure.cause
             delay = self._delay(attempt, failure.retry_after)
-            logger.warning("model request attempt %d failed with %s (status %s); retrying in %.3f s",
-                           attempt, failure.code, failure.status, delay)
+            # `failure.what` names the status or the URL; never Python's `None` (issue 11 item 5).
+            logger.warning("model request attempt %d failed: %s (%s); retrying in %.1f s",
+                           attempt, failure.what, failure.code, delay)
             on_retry(attempt, round(delay * 1000), failure.code, failure.status)
             await self._sleep_or_abort(delay, signal)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -230,10 +238,16 @@ class OpenAICompatibleProvider:
         try:
             response = await self._send(body, signal)
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            return transport_failure(exc, retryable=True)
+            return transport_failure(exc, retryable=True, url=self.url)
         if not response.is_success:
-            await response.aclose()
-            return status_failure(response, self.base_url)
+            # The error body races the abort like every read (§13.2): a slow body never holds a cancel.
+            reading = asyncio.ensure_future(_error_body(response))
+            if not await _first_of(reading, signal, self.read_timeout):
+                await _abandon(reading)
+                await response.aclose()
+                signal.throw_if_aborted()
+            answer = reading.result() if reading.done() and not reading.cancelled() else b""
+            return status_failure(response, self.base_url, provider_message(answer, (self._api_key,)))
         events = EventSource(response).aiter_sse()
         try:
             first = await self._next_event(events, response, signal)
@@ -244,7 +258,7 @@ class OpenAICompatibleProvider:
             failure = Failure("BAD_RESPONSE", "the model provider did not answer with an event stream",
                                status=response.status_code, cause=exc)
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            failure = transport_failure(exc, retryable=True)
+            failure = transport_failure(exc, retryable=True, url=self.url)
         except BaseException:
             await _close(events, response)
             raise
@@ -336,3 +350,19 @@ async def _close(events: AsyncGenerator[ServerSentEvent, None], response: httpx.
     except Exception:  # the generator already failed; closing the response is what matters
         logger.debug("closing the event stream failed", exc_info=True)
     await response.aclose()
+
+
+async def _error_body(response: httpx.Response, limit: int = 8192) -> bytes:
+    """At most `limit` bytes of an error response, then closed: its message is for the user, and a
+    body that fails to arrive is no reason to lose the status."""
+    data = b""
+    try:
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            if len(data) >= limit:
+                break
+    except (httpx.HTTPError, httpx.StreamError):
+        pass
+    finally:
+        await response.aclose()
+    return data[:limit]

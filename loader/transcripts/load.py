@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsh.loader.errors import ConfigError, TranscriptError
+from dsh.loader.problems import unknown_key_problem
 from dsh.loader.shipped import resolve_name
 from dsh.loader.transcripts.schema import LocatedProblem, TranscriptSpec
 from dsh.loader.yamlpos import Loc, YamlDocument, YamlProblem, key_path, locate, read_yaml
@@ -79,7 +80,8 @@ def _resolve(value: str | Path) -> Path:
 
 
 def format_validation_error(path: Path, data: Any, exc: ValidationError) -> str:
-    """One `<file>:<line>:<col>: <key.path>: <problem>` line per distinct location.
+    """One `<file>:<line>:<col>: <key.path>: <problem>` line per distinct location, in position
+    order; an unknown key names the closest valid one (issue 11 item 5).
 
     Union alternatives fail at the same key with one error each; they are joined with `; ` so the
     key appears once.
@@ -88,6 +90,8 @@ def format_validation_error(path: Path, data: Any, exc: ValidationError) -> str:
     for err in exc.errors():
         loc: Loc = tuple(err["loc"])
         problem = _PROBLEM_TEXT.get(err["type"], err["msg"])
+        if err["type"] == "extra_forbidden":
+            problem = unknown_key_problem(TranscriptSpec, loc)
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, LocatedProblem):
             loc = loc + cause.loc
@@ -100,5 +104,5 @@ def format_validation_error(path: Path, data: Any, exc: ValidationError) -> str:
             entry.append(problem)
     return "\n".join(
         f"{path}:{line}:{col}: {keys + ': ' if keys else ''}{'; '.join(problems)}"
-        for (line, col, keys), problems in lines.items()
+        for (line, col, keys), problems in sorted(lines.items(), key=lambda item: item[0][:2])
     )

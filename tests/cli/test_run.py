@@ -98,7 +98,8 @@ ROOT_MAX_TOKENS = {"root": {"replies": [{"text": "half an ans", "finish": "max-t
 
 
 @pytest.mark.parametrize(("agents", "exit_code", "stdout", "stderr"), [
-    pytest.param(ROOT_ERROR, 1, "\n", "dsh: root turn failed [BOOM]: it broke\n", id="m103-error"),
+    # Issue 11 item 5 supersedes §17.3's "just \n when empty" for a failed root: no stray newline.
+    pytest.param(ROOT_ERROR, 1, "", "dsh: root turn failed [BOOM]: it broke\n", id="m103-error"),
     pytest.param(ROOT_MAX_TOKENS, 3, "half an ans\n", "", id="m103-max-tokens"),
 ])
 def test_m103_root_stop_reason_sets_the_exit_code(dsh, home, tmp_path, agents, exit_code, stdout, stderr):
@@ -247,7 +248,7 @@ def test_unknown_overlay_key_names_its_own_position_and_key_path(dsh, home, tmp_
     line = assert_refused(dsh("run", "--transcript", "hello", "--overlay", overlay, "--home", home), home)
 
     # json.dumps(indent=1) puts `reportDelivry` on line 4, column 3.
-    assert line == f"dsh: {overlay}:4:3: subagents.reportDelivry: unknown key\n"
+    assert line == f"dsh: {overlay}:4:3: subagents.reportDelivry: unknown key; did you mean reportDelivery?\n"
 
 
 @pytest.mark.parametrize(("option", "names"), [

@@ -249,10 +249,10 @@ def test_m83_report_delivery_next_step_names_file_line_and_key(tmp_path: Path) -
 
 
 def test_m99_unknown_key_reports_the_key_position(tmp_path: Path) -> None:
-    """Matrix 99 (unknown key)."""
+    """Matrix 99 (unknown key), with the did-you-mean of issue 11 item 5."""
     body = write(tmp_path, "typo.yaml", "subagents:\n  reportDeliveryy: quiet\n")
     assert error(tmp_path, overlays=["typo.yaml"]) == (
-        f"typo.yaml:{at(body, 'reportDeliveryy')}: subagents.reportDeliveryy: unknown key"
+        f"typo.yaml:{at(body, 'reportDeliveryy')}: subagents.reportDeliveryy: unknown key; did you mean reportDelivery?"
     )
 
 
@@ -291,7 +291,7 @@ def test_snake_case_keys_in_yaml_are_unknown(tmp_path: Path) -> None:
     """§14.1: YAML spells keys in camelCase; snake_case belongs to the environment."""
     body = write(tmp_path, "snake.yaml", "subagents:\n  report_delivery: quiet\n")
     assert error(tmp_path, overlays=["snake.yaml"]) == (
-        f"snake.yaml:{at(body, 'report_delivery')}: subagents.report_delivery: unknown key"
+        f"snake.yaml:{at(body, 'report_delivery')}: subagents.report_delivery: unknown key; did you mean reportDelivery?"
     )
 
 
