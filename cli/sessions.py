@@ -55,7 +55,7 @@ def _read(home: Path, session_id: str) -> Any:
 @app.command("list", epilog=EPILOGS["sessions list"])
 def list_sessions(
     home: HomeOption = None,
-    json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON on stdout: one JSON object per line.")] = False,
     live_only: Annotated[bool, typer.Option("--live", help="Only sessions whose run is live.")] = False,
     roots_only: Annotated[bool, typer.Option("--roots", help="Only root sessions (no parent).")] = False,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the N most recently created sessions.")] = None,
@@ -147,7 +147,7 @@ def show(
 def tree(
     session_id: SessionIdArgument,
     home: HomeOption = None,
-    json_output: Annotated[bool, typer.Option("--json", help="NDJSON: one JSON object per session, one per line.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="NDJSON on stdout: one JSON object per line.")] = False,
 ) -> None:
     """Descendants with label, mode, last stop reason, live state and each child's
     `<parent>/<child>` address (what `dsh interrupt` and `dsh send` take)."""

@@ -22,7 +22,7 @@ from dsh.loader.texts import render
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COLOR = re.compile(r"\x1b\[[0-9;]*(?:3[0-7]|9[0-7]|38;)[0-9;]*m")
-ADDRESS = re.compile(r"(session-[0-9a-f-]{36}/[0-9a-f-]{36})")
+ADDRESS = re.compile(r"(session-[0-9a-f-]{36}/(?:session-)?[0-9a-f-]{36})")
 
 
 class Screen:
@@ -61,7 +61,7 @@ class Screen:
 
 def start(home: Path, *args: str, no_color: bool = False) -> tuple[subprocess.Popen[bytes], Screen]:
     master, slave = pty.openpty()
-    extra = {"TERM": "xterm-256color", "COLUMNS": "220", "LINES": "40"}
+    extra = {"TERM": "xterm-256color", "COLUMNS": "320", "LINES": "40"}
     env = subprocess_env(extra)
     env.pop("NO_COLOR", None)
     if no_color:
