@@ -13,7 +13,7 @@ import httpx
 import pytest
 from test_config_cmd import leaves
 
-from tests.models._sse import SSE_HEADERS, delta, finish, sse
+from sse_kit import SSE_HEADERS, delta, finish, sse
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NO_KEYS = {"DEEPSEEK_API_KEY": None, "OPENAI_API_KEY": None, "VLLM_API_KEY": None}

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 from cli_kit import transcript, write_yaml
 
-from tests.models._sse import SSE_HEADERS, delta, finish, sse
+from sse_kit import SSE_HEADERS, delta, finish, sse
 
 URL = "http://localhost:11434/v1/chat/completions"
 NO_KEYS = {"DEEPSEEK_API_KEY": None, "OPENAI_API_KEY": None}

@@ -23,7 +23,7 @@ from dsh.cli.logsetup import log_to_stderr
 from dsh.loader.session import Session
 from dsh.loader.session.requests import system_hash, tools_hash
 from dsh.loader.texts import render
-from tests.models._sse import SSE_HEADERS, delta, finish, sse
+from sse_kit import SSE_HEADERS, delta, finish, sse
 
 LLM_TYPES = ("llm/system", "llm/tools", "llm/request")
 SECRET = "sk-test-0123456789abcdefSECRET"

@@ -45,7 +45,7 @@ from dsh.loader.testing.runner import arun_flow
 from dsh.loader.texts import TEXTS, render
 from dsh.loader.transcripts import load_transcript
 
-from ._sse import SSE_HEADERS, delta, finish, sse, usage
+from sse_kit import SSE_HEADERS, delta, finish, sse, usage
 
 KEY = "sk-test-live-tree-0123456789"
 TOKEN = "ghp_live_tree_token_424242"  # the value of a `*_TOKEN` variable

@@ -38,7 +38,7 @@ from dsh.loader.models import (
 from dsh.loader.models._openai_wire import to_openai_messages, to_openai_tools
 from dsh.loader.session import SessionStore, make_header
 
-from ._sse import SSE_HEADERS, delta, finish, sse, usage
+from sse_kit import SSE_HEADERS, delta, finish, sse, usage
 
 KEY = "sk-test-0123456789abcdef"
 BASE = "https://llm.example.test"

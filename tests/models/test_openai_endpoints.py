@@ -21,7 +21,7 @@ from dsh.loader.models import Assembler, Finish, OpenAICompatibleProvider, TextD
 from dsh.loader.session import SessionStore, make_header
 from dsh.loader.texts import render
 
-from ._sse import delta, finish, sse, usage
+from sse_kit import delta, finish, sse, usage
 from .test_openai import (  # noqa: F401  (clock and make_provider are fixtures)
     BASE,
     KEY,

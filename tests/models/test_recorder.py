@@ -33,7 +33,7 @@ from dsh.loader.models import (
 from dsh.loader.models.recorder import REDACTED, secrets_from_env
 from dsh.loader.transcripts import load_transcript
 
-from ._sse import SSE_HEADERS, delta, sse, usage
+from sse_kit import SSE_HEADERS, delta, sse, usage
 
 KEY = "sk-record-key-42424242"
 TOKEN = "ghp_tokenvalue_9999"
