@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from cli_kit import transcript, write_yaml
 
 from sse_kit import SSE_HEADERS, delta, finish, sse
@@ -133,3 +134,23 @@ def test_a_failed_replay_root_prints_no_stray_newline(dsh, home, tmp_path):
 
     assert (result.exit_code, result.stdout) == (1, "")
     assert json.dumps("nope")[1:-1] in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "first"), [
+    (["run", "--bogus"], "dsh: No such option: --bogus"),
+    (["sessions", "shw"], "dsh: No such command 'shw'. Did you mean 'show'?"),
+    (["interrupt"], "dsh: Missing argument 'ADDRESS'."),
+    (["run", "--max-steps", "x", "--transcript", "hello"], "dsh: Invalid value for '--max-steps'"),
+], ids=["option", "command", "argument", "value"])
+def test_click_usage_errors_are_dsh_lines_too(dsh, home, argv, first):
+    """Issue 11 item 5: every error line is prefixed, click's own usage errors included; exit 2 as
+    click's, with the usage line and where help is, and nothing on stdout."""
+    result = dsh(*argv, "--home", str(home))
+
+    lines = result.stderr.splitlines()
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert lines[0].startswith(first), lines
+    assert all(line.startswith("dsh: ") for line in lines), lines
+    command = f"dsh {argv[0]}"  # the command (or group) whose usage was wrong
+    assert lines[-2].startswith(f"dsh: Usage: {command} [OPTIONS]"), lines
+    assert lines[-1] == f"dsh: Try '{command} --help' for help."
