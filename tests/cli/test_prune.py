@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from cli_kit import hold_until_hang, spawn, transcript
+from cli_kit import start_hanging_child
 
 from dsh.loader.texts import render
 
@@ -98,14 +98,7 @@ def test_a_locked_session_keeps_its_whole_tree(dsh, home):
 
 def test_a_live_runs_tree_is_never_pruned(dsh, live_run, home, tmp_path):
     done = run_tree(dsh, home)
-    agents = {"root": {"replies": [spawn("start-worker"), {"text": "ROOT_WAITING"}]},
-              "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {}}]}}
-    run = live_run("--transcript", transcript(tmp_path, "hanging", agents, fences=hold_until_hang("worker")),
-                   "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "step/start", turn=1, step=1)
-    run.wait_event(root, "turn/end", turn=1)
+    run, root, child = start_hanging_child(live_run, home, tmp_path)
 
     result = dsh("sessions", "prune", "--older-than", "0s", "--home", home)  # every tree is old enough
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from cli_kit import (
     DSH,
+    HANGING_CHILD,
     EXIT_BACKSTOP,
     LINE_BACKSTOP,
     hold_until_hang,
@@ -26,6 +27,7 @@ from cli_kit import (
     run_dsh,
     send_two_signals,
     spawn,
+    start_hanging_child,
     subprocess_env,
     texts_of,
     transcript,
@@ -305,24 +307,6 @@ def test_resume_of_a_session_another_run_holds_is_session_busy(live_run, home, t
 
 
 # -- signals ---------------------------------------------------------------------------------------
-
-HANGING_CHILD = {
-    "root": {"replies": [spawn("start-worker"), {"text": "ROOT_WAITING"}]},
-    "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {"text": "partial"}}]},
-}
-
-
-def start_hanging_child(live_run: Any, home: Path, tmp_path: Path) -> tuple[Any, str, str]:
-    """A live run whose root finished turn 1 while its background child hangs in its first request
-    (the fence makes the root's `turn/end` imply the hang)."""
-    script = transcript(tmp_path, "hanging-child", HANGING_CHILD, fences=hold_until_hang("worker"))
-    run = live_run("--transcript", script, "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "step/start", turn=1, step=1)
-    run.wait_event(root, "turn/end", turn=1)
-    return run, root, child
-
 
 @pytest.mark.parametrize(("signum", "exit_code"), [
     pytest.param(signal.SIGINT, 130, id="m105-sigint"),

@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from cli_kit import hold_until_hang, log_events, spawn, transcript
+from cli_kit import log_events, start_hanging_child
 
 from dsh.loader.texts import render
 
@@ -196,14 +196,7 @@ def test_the_printed_address_is_the_one_send_takes(dsh, home, tree_home):
 def test_list_and_tree_ask_the_live_run_for_liveness(dsh, live_run, home, tmp_path):
     """`live` comes from the owning run's socket answering `run.status`; `tree` adds each agent's
     status. A run whose child hangs stays live until SIGINT."""
-    agents = {"root": {"replies": [spawn("start-worker"), {"text": "ROOT_WAITING"}]},
-              "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {}}]}}
-    run = live_run("--transcript", transcript(tmp_path, "hanging", agents, fences=hold_until_hang("worker")),
-                   "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "step/start", turn=1, step=1)
-    run.wait_event(root, "turn/end", turn=1)
+    run, root, child = start_hanging_child(live_run, home, tmp_path)
 
     listed = dsh("sessions", "list", "--json", "--home", home)
     tree = dsh("sessions", "tree", root, "--json", "--home", home)
