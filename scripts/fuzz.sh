@@ -8,7 +8,7 @@
 #
 # Per test, hypothesis prints the examples run ("N passing, M failing, K invalid"): passing examples
 # are clean cases; a traceback, a wrong exit code or a changed file fails the test with the
-# shrunk input; a case over the 5 s deadline fails it as DeadlineExceeded (a hang).
+# shrunk input; a case over the 30 s deadline fails it as DeadlineExceeded (a hang backstop).
 set -eu
 cd "$(dirname "$0")/.."
 tests="${FUZZ_TESTS:-tests/cli/test_fuzz_yaml.py tests/cli/test_fuzz_ids.py tests/cli/test_fuzz_env.py tests/cli/test_fuzz_rpc.py tests/session/test_fuzz_sessions.py}"

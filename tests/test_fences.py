@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,13 +177,12 @@ def test_m93_unmet_condition_times_out_after_the_overlay_timeout(dsh_flow: Any, 
     """Matrix 93: FENCE_TIMEOUT after `testing.fenceTimeoutSeconds` (0.2 s from an overlay file);
     the held turn ends `error`, the run exits 1."""
     path = transcript(tmp_path, "never-met", NEVER_MET)
-    started = time.monotonic()
     with pytest.raises(TranscriptViolation) as caught:
         dsh_flow(path, overlays=[str(fast_fences)])
-    elapsed = time.monotonic() - started
-    assert 0.2 <= elapsed < 5  # the overlay's 0.2 s, not the test profile's 10 s
     flow = caught.value.flow
     assert [v["code"] for v in caught.value.violations] == ["FENCE_TIMEOUT"]
+    # The overlay's 0.2 s, not the test profile's 10 s: read from what the fence waited, not timed.
+    assert caught.value.violations[0]["message"].endswith("waited 0.2s")
     assert flow["violations"] == [{"code": "FENCE_TIMEOUT", "agent": "root"}]
     [held] = session(flow, "0")["turns"]
     assert held["steps"] == [] and [m["source"] for m in held["claimedUnrun"]] == ["user"]

@@ -1,6 +1,8 @@
 """Issue 15 item 2 (and item 7's custom tags and `/dev/null`): one YAML loader for profiles, overlays
 and transcripts refuses anchors, aliases, explicit tags, deep nesting, huge integers, oversize files
-and anything that is not a regular file, with one located line on stderr and exit 2, in milliseconds.
+and anything that is not a regular file, with one located line on stderr and exit 2. The position is
+the first offending token (the bomb's first anchor, `:1:4`), so nothing after it was composed or
+expanded; what a refusal costs is measured by `scripts/fuzz.sh`, never asserted as a time here.
 
 Each case is run through the real `dsh` command in-process, for each of the three places a YAML
 file enters: `--profile`, `--overlay` and `--transcript`.
@@ -9,7 +11,6 @@ file enters: `--profile`, `--overlay` and `--transcript`.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,16 +55,13 @@ def test_hostile_yaml_is_one_located_line_exit_2_in_milliseconds(dsh, tmp_path, 
     make, expected = CASES[case]
     make(path)
 
-    started = time.monotonic()
     result = dsh(*_surface_args(surface, path))
-    elapsed = time.monotonic() - started
 
     assert result.exit_code == 2, result.stderr
     assert result.stdout == ""
     assert result.stderr.startswith(f"dsh: {path}")
     assert expected in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert elapsed < 2.0, f"{case} took {elapsed:.2f}s"  # the bomb used to run past 60 s
 
 
 def test_run_refuses_an_alias_bomb_transcript_before_anything_runs(dsh, tmp_path, home):

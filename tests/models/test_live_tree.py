@@ -54,7 +54,6 @@ URL = f"{BASE}/chat/completions"
 SPAWN_CALL = "call_live_spawn_1"
 NOTICE_OUTPUT = TEXTS["T-NOTICE-OUTPUT"]
 REPLAYS = 50  # issue 10: every replay of a recording gives the live run's flow
-CLOSE_BOUND_SECONDS = 1.0  # generous; the issue's target is 100 ms, printed by the stall test
 
 
 # ---- SSE ---------------------------------------------------------------------------------------
@@ -374,16 +373,19 @@ async def test_a_recorded_notice_steered_into_a_running_step_replays_to_the_live
 async def test_m97_interrupting_a_live_child_closes_its_stalled_stream_at_once(llm, home):
     """Matrix 97: the child's stream yields one chunk and then stalls forever; `interrupt` with
     user authority ends its turn `aborted` (cause user) while the stall is still pending, the
-    partial text is logged `interrupted: true`, and the response is closed promptly."""
+    partial text is logged `interrupted: true`, and the response is closed before the child's turn
+    ends (the turn does not wait on the stall). The latency is printed, not asserted."""
     stalling = Body(sse(delta(content="partial ")), stall=True)
     model = Model(label="slow child", prompt="Stream slowly.", child=lambda _model: stalling)
     llm.post(URL).mock(side_effect=model)
     turn_ended_at: dict[str, float] = {}
+    closed_at_turn_end: dict[str, bool] = {}
 
     def clock_turn_ends(agent: Agent) -> None:
         def on_event(event: dict[str, Any]) -> None:
             if event["type"] == "turn/end":
                 turn_ended_at.setdefault(agent.id, time.perf_counter())
+                closed_at_turn_end.setdefault(agent.id, stalling.closed.is_set())
 
         agent.session.subscribe(on_event)
 
@@ -405,7 +407,7 @@ async def test_m97_interrupting_a_live_child_closes_its_stalled_stream_at_once(l
         turn_end_latency = turn_ended_at[child_id] - started
         print(f"\nstalled stream closed {close_latency * 1000:.2f} ms after interrupt; "
               f"child turn/end after {turn_end_latency * 1000:.2f} ms")
-        assert close_latency < CLOSE_BOUND_SECONDS
+        assert closed_at_turn_end[child_id], "the child's turn ended before its stalled stream was closed"
         assert not stalling.never.is_set() and stalling.unwound  # the stall itself never ended
     finally:
         await tree.shutdown(root)
