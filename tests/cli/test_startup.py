@@ -122,9 +122,10 @@ def test_the_version_loads_nothing_of_dsh_but_the_entry():
 
 # What `dsh run --transcript` (the console script's fast path) must not load (issue 13): typer and the
 # app (the command runs without them), pydantic-settings (no DSH_* configuration variable is set),
-# httpx and the OpenAI-compatible provider (the model is a transcript), rich (stderr is not a TTY).
+# httpx and the OpenAI-compatible provider (the model is a transcript), the recorder (nothing is
+# recorded), rich (stderr is not a TTY), ruamel.yaml (shipped files read from loader/shipped_parsed.json).
 RUN_LIGHT = ("typer", "dsh.cli.app", "pydantic_settings", "dotenv", "httpx", "httpx_sse", "dsh.loader.models.openai",
-             "dsh.loader.models.recorder",
+             "dsh.loader.models.recorder", "ruamel.yaml",
              "rich")
 
 
