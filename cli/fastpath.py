@@ -9,6 +9,11 @@ and click's handling of Ctrl-C (130) and a closed pipe (exit 1). Everything else
 error, `--`, an option-like value, a repeated `--home`, shell completion) returns None: the Typer app
 answers it, with its own wording. `tests/cli/test_fastpath.py` runs both on a table of vectors.
 
+`dsh run` takes the same road when its vector is plain (`_parse_run`: known options, each once but
+`--overlay`, non-empty values that are not option-like, numbers in their plainest spelling, at most
+one TASK and not `-`): `cli.run_command.run_command`, the function the Typer command calls, runs
+without typer or the app, which were about a third of a `dsh run --transcript`'s start-up.
+
 `exit_promptly` ends the process once stdout and stderr are flushed and the `atexit` handlers have
 run, skipping the interpreter's teardown (tens of milliseconds of freeing objects after a `dsh run`).
 It steps aside (the normal exit happens) when another thread is alive or a flush fails, so nothing
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["exit_promptly", "pause_gc", "plan", "started", "version_line"]
+__all__ = ["RUN_FLAGS", "RUN_OPTIONS", "exit_promptly", "pause_gc", "plan", "started", "version_line"]
 
 _ARITY = {"interrupt": 1, "send": 2}  # positional arguments of each command
 _HOME = "--home"
@@ -71,6 +76,11 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Callable[[], object
         return None  # click's shell-completion protocol (`_DSH_COMPLETE=...`)
     if list(argv) == ["--version"]:
         return _version
+    if argv and argv[0] == "run":
+        options = _parse_run(argv[1:])
+        if options is None:
+            return None
+        return lambda: _as_click_would(lambda: _run(options))
     if not argv or argv[0] not in _ARITY:
         return None
     parsed = _parse(argv[1:], _ARITY[argv[0]])
@@ -112,6 +122,96 @@ def _parse(args: Sequence[str], arity: int) -> tuple[list[str], Path | None] | N
     from pathlib import Path
 
     return positional, (Path(home) if home is not None else None)
+
+
+def _parse_run(args: Sequence[str]) -> dict[str, object] | None:
+    """`run_command`'s keyword arguments for a plain `dsh run` vector, else None: at most one TASK,
+    options from `RUN_OPTIONS` / `RUN_FLAGS` each given once (`--overlay` may repeat), every value
+    non-empty, not option-like, and for a number in its plainest spelling, so that click and typer
+    could not read it differently."""
+    import re
+
+    options: dict[str, object] = {}
+    task: str | None = None
+    i = 0
+    while i < len(args):
+        token = args[i]
+        name, eq, inline = token.partition("=")
+        if token in RUN_FLAGS:
+            parameter = RUN_FLAGS[token]
+            if parameter in options:
+                return None
+            options[parameter] = True
+        elif name in RUN_OPTIONS:
+            parameter, kind = RUN_OPTIONS[name]
+            if eq:
+                value = inline
+            elif i + 1 < len(args):
+                i += 1
+                value = args[i]
+            else:
+                return None  # "requires an argument": Typer's usage error
+            if not value or value.startswith("-") or (parameter in options and kind != "list"):
+                return None
+            if kind in _NUMBER and re.fullmatch(_NUMBER[kind], value) is None:
+                return None
+            if kind == "list":
+                overlays = options.setdefault(parameter, [])
+                assert isinstance(overlays, list)
+                overlays.append(value)
+            else:
+                options[parameter] = _convert(kind, value)
+        elif token.startswith("-") or task is not None:
+            return None  # --help, --, `-` (stdin), an unknown option, a second positional
+        else:
+            task = token
+        i += 1
+    options["task"] = task
+    return options
+
+
+# `dsh run`'s options (cli/run.py) as the fast path reads them: option -> (parameter, kind). A test
+# pins these tables to the Typer declaration (names, flags, types, repeatable or not).
+RUN_OPTIONS: dict[str, tuple[str, str]] = {
+    "--profile": ("profile", "str"),
+    "--overlay": ("overlay", "list"),
+    "--transcript": ("transcript", "str"),
+    "--home": ("home", "path"),
+    "--timeout": ("timeout", "float"),
+    "--record": ("record", "path"),
+    "--resume": ("resume", "str"),
+    "--output-last-message": ("output_last_message", "path"),
+    "--model": ("model", "str"),
+    "--append-system-prompt": ("append_system_prompt", "str"),
+    "--max-steps": ("max_steps", "int"),
+    "--parked": ("parked", "str"),
+    "--max-children": ("max_children", "int"),
+    "--max-requests": ("max_requests", "int"),
+    "--max-tokens": ("max_tokens", "int"),
+}
+RUN_FLAGS: dict[str, str] = {
+    "--json": "json_output", "--force": "force", "--verbose": "verbose", "-v": "verbose",
+    "--quiet": "quiet", "-q": "quiet",
+}
+_NUMBER = {"int": r"0|[1-9][0-9]{0,17}", "float": r"(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?"}
+
+
+def _convert(kind: str, value: str) -> object:
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind == "path":
+        from pathlib import Path
+
+        return Path(value)
+    return value
+
+
+def _run(options: dict[str, object]) -> None:
+    from dsh.cli.run_command import run_command
+
+    raise SystemExit(run_command(**options))  # type: ignore[arg-type]  # keys and types: _parse_run
 
 
 def _interrupt(address: str, home: Path | None) -> None:

@@ -10,16 +10,15 @@ their commands.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from dsh.cli.configflags import FLAG_KEYS, config_flags
 from dsh.cli.helptext import default
 
-if TYPE_CHECKING:
-    from dsh.loader.config import Layer
-
 __all__ = [
+    "FLAG_KEYS",
     "AppendSystemPromptOption",
     "MaxChildrenOption",
     "MaxRequestsOption",
@@ -29,17 +28,6 @@ __all__ = [
     "ParkedOption",
     "config_flags",
 ]
-
-# flag -> the dotted YAML key it overrides
-FLAG_KEYS: dict[str, str] = {
-    "--model": "model.model",
-    "--append-system-prompt": "agent.appendSystemPrompt",
-    "--max-steps": "agent.maxStepsPerTurn",
-    "--parked": "run.parked",
-    "--max-children": "limits.maxChildren",
-    "--max-requests": "limits.maxRequests",
-    "--max-tokens": "limits.maxTokens",
-}
 
 _CONFIG = default("the composed configuration's value")
 ModelOption = Annotated[Optional[str], typer.Option(
@@ -61,26 +49,3 @@ MaxRequestsOption = Annotated[Optional[int], typer.Option(
 MaxTokensOption = Annotated[Optional[int], typer.Option(
     "--max-tokens", metavar="N", help="Tokens per run, input + output (limits.maxTokens)." + default("2000000, or the config's limits"))]
 
-
-def config_flags(
-    *,
-    model: str | None = None,
-    append_system_prompt: str | None = None,
-    max_steps: int | None = None,
-    parked: str | None = None,
-    max_children: int | None = None,
-    max_requests: int | None = None,
-    max_tokens: int | None = None,
-) -> list[Layer]:
-    """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
-    from dsh.loader.config import flag_layer  # config (pydantic) only once a command composes one
-    given: dict[str, object | None] = {
-        "--model": model,
-        "--append-system-prompt": append_system_prompt,
-        "--max-steps": max_steps,
-        "--parked": parked,
-        "--max-children": max_children,
-        "--max-requests": max_requests,
-        "--max-tokens": max_tokens,
-    }
-    return [flag_layer(flag, FLAG_KEYS[flag], value) for flag, value in given.items() if value is not None]

@@ -136,10 +136,12 @@ def _build_provider(request: RunRequest) -> ModelProvider:
 
 
 def _write_recording(request: RunRequest, provider: ModelProvider, task: str | None, tree: Tree) -> None:
+    if request.record is None or task is None:
+        return  # before the imports: a run that records nothing does not load the recorder
     from dsh.loader.models import Recorder
     from dsh.loader.models.recorder import secrets_from_env
 
-    if request.record is None or not isinstance(provider, Recorder) or task is None:
+    if not isinstance(provider, Recorder):
         return
     logs = {}  # the observed settlement order becomes fences (issue 10): read the durable logs
     for session_id in provider.agent_keys():

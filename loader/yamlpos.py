@@ -30,25 +30,21 @@ module instead and builds the marked tree only when a caller asks for positions,
 error. The fast path accepts a document only where both parsers agree: anything it cannot vouch for
 (duplicate keys, `NaN`, escaped surrogates, nesting or integers near the limits, any parse error)
 goes to the marked loader, which applies every refusal above and reports its own position. The size
-bound is the same `read_input` call either way.
+bound is the same `read_input` call either way. The shipped profiles, overlays and transcripts are
+YAML proper, not JSON: for them `shipped_parsed.json` holds what the marked loader reads in each, by
+the SHA-256 of its text, so a `dsh run --transcript NAME` neither imports ruamel nor runs its
+pure-Python parser unless it must report an error; ruamel is imported on first use (`_marked_yaml`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
-
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.composer import Composer
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
-from ruamel.yaml.nodes import ScalarNode
-from ruamel.yaml.scanner import RoundTripScanner
-from ruamel.yaml.tag import Tag
 
 from dsh.loader.inputfile import InputRefused, read_input
 
@@ -63,6 +59,7 @@ __all__ = [
     "locate",
     "plain",
     "read_yaml",
+    "shipped_table_entry",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,52 +102,69 @@ class YamlProblem(Exception):
         return f"{where}:{line}:{col}: {problem}" if line > 0 else f"{where}: {problem}"
 
 
-class _Refusal(MarkedYAMLError):
-    """Raised inside the composer; `load_yaml_with_marks` turns it into a `YamlProblem`."""
+@functools.cache
+def _marked_yaml() -> Any:
+    """ruamel.yaml's round-trip loader with the checks of the module docstring, built on first use:
+    importing ruamel costs a short `dsh run` several percent, and a document that takes a fast path
+    (JSON, or a shipped file) needs it only to report an error (issue 13). Returns the module
+    namespace the marked loader needs."""
+    from types import SimpleNamespace
 
+    from ruamel.yaml import YAML
+    from ruamel.yaml.composer import Composer
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
+    from ruamel.yaml.nodes import ScalarNode
+    from ruamel.yaml.scanner import RoundTripScanner
+    from ruamel.yaml.tag import Tag
 
-class _CheckedComposer(Composer):
-    """The round-trip composer with the hostile-input checks of the module docstring applied to
-    each event before the node is composed."""
+    class _Refusal(MarkedYAMLError):
+        """Raised inside the composer; `load_yaml_with_marks` turns it into a `YamlProblem`."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.parser.peek_event()
-        if isinstance(event, AliasEvent):
-            self._refuse(event, f"aliases are not supported (found *{event.anchor})")
-        if event.anchor is not None:
-            self._refuse(event, f"anchors are not supported (found &{event.anchor})")
-        if isinstance(event, (ScalarEvent, CollectionStartEvent)) and event.ctag is not None:
-            self._refuse(event, f"explicit tags are not supported (found {event.ctag})")
-        if isinstance(event, CollectionStartEvent) and self.depth >= MAX_DEPTH:
-            self._refuse(event, f"nested deeper than {MAX_DEPTH} levels")
-        node = super().compose_node(parent, index)
-        if isinstance(node, ScalarNode):
-            tag = str(node.tag)
-            if tag == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
-                raise _Refusal(None, None, f"integer longer than {MAX_INT_DIGITS} digits", node.start_mark)
-            if tag == _TIMESTAMP_TAG:
-                # No setting is a date, and `2001-13-45` would raise ValueError in the constructor:
-                # keep it as the text it is, so the schema reports it at its key like any bad value.
-                node.tag = Tag(suffix=_STR_TAG)
-        return node
+    class _CheckedComposer(Composer):
+        """The round-trip composer with the hostile-input checks of the module docstring applied to
+        each event before the node is composed."""
 
-    def _refuse(self, event: Any, problem: str) -> None:
-        raise _Refusal(None, None, problem, event.start_mark)
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.parser.peek_event()
+            if isinstance(event, AliasEvent):
+                self._refuse(event, f"aliases are not supported (found *{event.anchor})")
+            if event.anchor is not None:
+                self._refuse(event, f"anchors are not supported (found &{event.anchor})")
+            if isinstance(event, (ScalarEvent, CollectionStartEvent)) and event.ctag is not None:
+                self._refuse(event, f"explicit tags are not supported (found {event.ctag})")
+            if isinstance(event, CollectionStartEvent) and self.depth >= MAX_DEPTH:
+                self._refuse(event, f"nested deeper than {MAX_DEPTH} levels")
+            node = super().compose_node(parent, index)
+            if isinstance(node, ScalarNode):
+                tag = str(node.tag)
+                if tag == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
+                    raise _Refusal(None, None, f"integer longer than {MAX_INT_DIGITS} digits", node.start_mark)
+                if tag == _TIMESTAMP_TAG:
+                    # No setting is a date, and `2001-13-45` would raise ValueError in the constructor:
+                    # keep it as the text it is, so the schema reports it at its key like any bad value.
+                    node.tag = Tag(suffix=_STR_TAG)
+            return node
 
+        def _refuse(self, event: Any, problem: str) -> None:
+            raise _Refusal(None, None, problem, event.start_mark)
 
-class _CheckedScanner(RoundTripScanner):
-    """Refuses flow nesting past `MAX_DEPTH` while scanning. ruamel looks ahead over an open flow
-    collection for simple keys at every level, which is quadratic in the depth: 1,000 nested `[`
-    took 1.3 s before the composer's own count saw the first of them. The count is the composer's:
-    open block collections (`indents`) plus open flow collections, so the refusal has the
-    composer's message at the composer's place (an indentless block sequence, which pushes no
-    indent, can only move it later, never earlier)."""
+    class _CheckedScanner(RoundTripScanner):
+        """Refuses flow nesting past `MAX_DEPTH` while scanning. ruamel looks ahead over an open flow
+        collection for simple keys at every level, which is quadratic in the depth: 1,000 nested `[`
+        took 1.3 s before the composer's own count saw the first of them. The count is the composer's:
+        open block collections (`indents`) plus open flow collections, so the refusal has the
+        composer's message at the composer's place (an indentless block sequence, which pushes no
+        indent, can only move it later, never earlier)."""
 
-    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
-        if len(self.indents) + len(self.flow_context) >= MAX_DEPTH:
-            mark = self.reader.get_mark()
-            raise _Refusal(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
-        super().fetch_flow_collection_start(TokenClass, to_push)
+        def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
+            if len(self.indents) + len(self.flow_context) >= MAX_DEPTH:
+                mark = self.reader.get_mark()
+                raise _Refusal(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            super().fetch_flow_collection_start(TokenClass, to_push)
+
+    return SimpleNamespace(YAML=YAML, MarkedYAMLError=MarkedYAMLError, YAMLError=YAMLError,
+                           Composer=_CheckedComposer, Scanner=_CheckedScanner)
 
 
 def _digits(value: str) -> int:
@@ -191,6 +205,8 @@ def read_yaml(path: Path) -> YamlDocument:
     """
     text = _read_text(path)
     data = _fast_json(text)
+    if data is _NOT_FAST:
+        data = _shipped_reading(text)
     if data is not _NOT_FAST:
         return YamlDocument(path, text, data)
     marked = _compose_marked(path, text)
@@ -218,6 +234,53 @@ def _fast_json(text: str) -> Any:
     if _depth_exceeds(data, _FAST_MAX_DEPTH):
         return _NOT_FAST
     return data
+
+
+SHIPPED_TABLE = Path(__file__).with_name("shipped_parsed.json")
+"""What the marked loader reads in each shipped profile, overlay and transcript, keyed by the
+SHA-256 of the file's text (`scripts/shipped_parsed.py` writes it; a test keeps it exact)."""
+
+
+def _shipped_reading(text: str) -> Any:
+    """The marked loader's reading of `text`, if `text` is a shipped file's exact text, else
+    `_NOT_FAST`. The table was produced by the marked loader from the same text, so every refusal
+    of the module docstring has been applied already; a file edited since reads through ruamel."""
+    entry = _shipped_table().get(hashlib.sha256(text.encode("utf-8")).hexdigest())
+    # Each entry is JSON text, decoded per read: every caller gets its own objects to keep or change.
+    return json.loads(entry) if isinstance(entry, str) else _NOT_FAST
+
+
+@functools.cache
+def _shipped_table() -> dict[str, str]:
+    try:
+        table = json.loads(SHIPPED_TABLE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not installed with the package: every file takes ruamel's path
+        logger.debug("no shipped YAML table at %s", SHIPPED_TABLE)
+        return {}
+    documents = table.get("documents") if isinstance(table, dict) else None
+    return documents if isinstance(documents, dict) else {}
+
+
+def shipped_table_entry(path: Path) -> tuple[str, str]:
+    """`(digest, JSON text)` for the table: the marked loader's reading of `path` in builtin types.
+    Refuses (ValueError) data that JSON would not give back as it is: a non-string key, NaN."""
+    text = _read_text(path)
+    data = plain(_compose_marked(path, text))
+    encoded = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if not _same(json.loads(encoded), data):
+        raise ValueError(f"{path}: its data does not survive JSON (a non-string key?)")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest(), encoded
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with equal types all the way down (`True == 1` and `{1: x} != {"1": x}` matter here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -265,21 +328,22 @@ def _read_text(path: Path) -> str:
 
 
 def _compose_marked(path: Path, text: str) -> Any:
-    yaml = YAML(typ="rt")
+    marked = _marked_yaml()
+    yaml = marked.YAML(typ="rt")
     yaml.allow_duplicate_keys = False
-    yaml.Composer = _CheckedComposer
-    yaml.Scanner = _CheckedScanner
+    yaml.Composer = marked.Composer
+    yaml.Scanner = marked.Scanner
     try:
         return yaml.load(text)
-    except MarkedYAMLError as exc:
+    except marked.MarkedYAMLError as exc:
         raise _problem_from(path, exc) from exc
-    except YAMLError as exc:  # unmarked ruamel errors are rare; report them at the file start
+    except marked.YAMLError as exc:  # unmarked ruamel errors are rare; report them at the file start
         raise YamlProblem(path, 1, 1, str(exc).strip()) from exc
     except (ValueError, OverflowError) as exc:  # a constructor refusing a value; not expected
         raise YamlProblem(path, 1, 1, f"a value cannot be read: {exc}") from exc
 
 
-def _problem_from(path: Path, exc: MarkedYAMLError) -> YamlProblem:
+def _problem_from(path: Path, exc: Any) -> YamlProblem:  # a ruamel MarkedYAMLError
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     problem = (exc.problem or exc.context or "invalid YAML").strip()
@@ -325,6 +389,8 @@ def key_path(data: Any, loc: Loc) -> str:
 
 
 def _walk(data: Any, loc: Loc) -> tuple[int, int, list[int | str]]:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq  # loaded already: `data` is its tree
+
     node = data
     line, col = _node_start(data)
     parts: list[int | str] = []

@@ -7,7 +7,6 @@ Built once by `headless` or `cli` and passed down as a frozen `Config`; nothing 
 
 from __future__ import annotations
 
-from dsh.loader.config._environment import DshEnvironment
 from dsh.loader.config._layers import Layer, deep_merge, flag_layer
 from dsh.loader.config.compose import ComposedConfig, compose
 from dsh.loader.config.schema import (
@@ -20,6 +19,10 @@ from dsh.loader.config.schema import (
     SubagentsConfig,
     TestingConfig,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dsh.loader.config._settings import DshEnvironment
 
 __all__ = [
     "AgentConfig",
@@ -37,3 +40,11 @@ __all__ = [
     "deep_merge",
     "flag_layer",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "DshEnvironment":  # pydantic-settings is imported only when asked for (see _settings)
+        from dsh.loader.config._settings import DshEnvironment
+
+        return DshEnvironment
+    raise AttributeError(f"module 'dsh.loader.config' has no attribute {name!r}")

@@ -19,7 +19,9 @@ Rules (README "Environment"):
 Why one source call per variable: `EnvSettingsSource` merges all variables into one mapping and so
 loses which variable set which leaf, which `dsh config show` prints (§14.2 item 5). The source reads
 `os.environ`; `_EnvironSource` reads the mapping `compose` was given instead (tests pass their
-own) by overriding `_load_env_vars`, the source's one hook for where variables come from.
+own) by overriding `_load_env_vars`, the source's one hook for where variables come from. Both
+classes live in `_settings`, imported only when a configuration variable is set: pydantic-settings
+(and python-dotenv, argparse and its other sources) is ~6% of a `dsh run`'s start-up (issue 13).
 
 Why a section's JSON is first checked with `loads_bounded`: pydantic-settings decodes it with a bare
 `json.loads`, which has no depth bound (`[` × 100,000 is a RecursionError) and accepts `NaN`.
@@ -33,23 +35,13 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 from dsh.loader.boundedjson import JsonProblem, loads_bounded
 from dsh.loader.config._layers import Layer
-from dsh.loader.config.schema import (
-    AgentConfig,
-    Config,
-    LimitsConfig,
-    ModelConfig,
-    PersistenceConfig,
-    RunConfig,
-    SubagentsConfig,
-    TestingConfig,
-)
+from dsh.loader.config.schema import Config
 from dsh.loader.texts import render
 
-__all__ = ["ENV_PREFIX", "DshEnvironment", "env_layers", "env_profile"]
+__all__ = ["ENV_DELIMITER", "ENV_PREFIX", "env_layers", "env_profile"]
 
 ENV_PREFIX = "DSH_"
 ENV_DELIMITER = "__"
@@ -57,40 +49,7 @@ NONE_STRING = "null"
 _PREFIX = ENV_PREFIX.lower()
 
 
-class DshEnvironment(BaseSettings):
-    """Every variable dsh reads, as pydantic-settings decodes them. Never instantiated: `compose`
-    validates the decoded values layer by layer, so errors name the variable."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, case_sensitive=False, extra="ignore",
-    )
-
-    home: str | None = None  # DSH_HOME: the storage root (default ~/.dsh); read by cli/common.py
-    profile: str | None = None  # DSH_PROFILE: the profile when --profile is not given
-    debug: str | None = None  # DSH_DEBUG=1: print an internal error's traceback; read by cli/main.py
-    # One field per configuration section; tests pin that these are exactly `Config`'s sections.
-    model: ModelConfig = ModelConfig()
-    agent: AgentConfig = AgentConfig()
-    subagents: SubagentsConfig = SubagentsConfig()
-    persistence: PersistenceConfig = PersistenceConfig()
-    run: RunConfig = RunConfig()
-    limits: LimitsConfig = LimitsConfig()
-    testing: TestingConfig = TestingConfig()
-
-
 SECTIONS = frozenset(Config.model_fields)
-
-
-class _EnvironSource(EnvSettingsSource):
-    """`EnvSettingsSource` over a given mapping instead of `os.environ`."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(DshEnvironment)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        # What the base loader does with os.environ (case_sensitive is False): names lowercased.
-        return {name.lower(): value for name, value in self._environ.items()}
 
 
 def env_profile(environ: Mapping[str, str]) -> str | None:
@@ -99,7 +58,9 @@ def env_profile(environ: Mapping[str, str]) -> str | None:
     of the process environment."""
     for name in sorted(environ):
         if name.lower() == _PREFIX + "profile" and environ[name]:
-            value = _EnvironSource({name: environ[name]})().get("profile")
+            from dsh.loader.config._settings import EnvironSource
+
+            value = EnvironSource({name: environ[name]})().get("profile")
             return value if isinstance(value, str) else None
     return None
 
@@ -124,8 +85,10 @@ def env_layers(environ: Mapping[str, str]) -> tuple[list[Layer], list[str]]:
             problems.append(checked)
             continue
         path, is_section = checked
+        from dsh.loader.config._settings import EnvironSource, SettingsError  # a variable is set
+
         try:
-            decoded = _EnvironSource({name: raw})()
+            decoded = EnvironSource({name: raw})()
         except SettingsError as exc:  # the bounded pre-check refuses what json.loads would
             problems.append(f"environment {name}: {'.'.join(path)}: {exc}")
             continue

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsh.loader.errors import ConfigError
-from dsh.loader.yamlpos import Loc, YamlProblem, load_yaml_with_marks, locate, plain
+from dsh.loader.yamlpos import Loc, YamlDocument, YamlProblem, locate, read_yaml
 
 __all__ = ["Layer", "LayerKind", "Merged", "deep_merge", "file_layer", "flag_layer"]
 
@@ -42,8 +42,18 @@ class Layer:
     kind: LayerKind
     label: str
     values: dict[str, Any]
-    marked: Any = None  # the ruamel tree of a file layer, kept only to locate keys
+    document: YamlDocument | None = None  # a file layer's parse, whose marked tree locates keys
     path: Path | None = None
+
+    @property
+    def marked(self) -> Any:
+        """The ruamel tree of a file layer (composed on first use: errors and provenance only)."""
+        if self.document is None:
+            return None
+        try:
+            return self.document.marked()
+        except YamlProblem as exc:  # a fast parse accepted what the marked loader refuses
+            raise ConfigError(exc.render(self.label)) from exc
 
     def where(self, loc: Loc) -> str:
         """The prefix of an error at `loc`: `<file>:<line>:<col>` or `environment DSH_…`."""
@@ -85,15 +95,16 @@ def file_layer(path: Path, label: str) -> Layer:
     """Read one profile or overlay. Malformed YAML and non-mapping documents raise at once, since
     nothing in such a file can be merged; an empty file is an empty mapping."""
     try:
-        marked = load_yaml_with_marks(path)
+        document = read_yaml(path)  # fast where that is safe; the marked tree only when asked for
     except YamlProblem as exc:
         raise ConfigError(exc.render(label)) from exc
-    if marked is None:
-        return Layer("file", label, {}, marked=None, path=path)
-    if not isinstance(marked, dict):
-        line, col = locate(marked, ())
+    layer = Layer("file", label, {}, document=document, path=path)
+    if document.data is None:
+        return layer
+    if not isinstance(document.data, dict):
+        line, col = locate(layer.marked, ())
         raise ConfigError(f"{label}:{line}:{col}: a configuration file must be a YAML mapping")
-    return Layer("file", label, plain(marked), marked=marked, path=path)
+    return Layer("file", label, document.data, document=document, path=path)
 
 
 def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:

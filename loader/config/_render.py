@@ -12,9 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 __all__ = ["render_yaml"]
 
 DEFAULT_SOURCE = "default"
@@ -63,6 +60,9 @@ def _plain_is_safe(text: str) -> bool:
     """A string may be written unquoted iff reading it back (comment included) gives it again."""
     if not text or "\n" in text or text != text.strip():
         return False
+    from ruamel.yaml import YAML  # deferred: only `dsh config show` renders (a run never does)
+    from ruamel.yaml.error import YAMLError
+
     try:
         loaded = YAML(typ="safe", pure=True).load(f"k: {text}  # c\n")
     except YAMLError:

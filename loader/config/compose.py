@@ -23,9 +23,10 @@ the first problem, since nothing after them can be merged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,10 +67,16 @@ class ComposedConfig:
     """
 
     config: Config
-    provenance: dict[str, str]
+    # The provenance, computed on first use (`dsh config show`, tests): a file layer's lines come from
+    # its marked tree, which a run that reports no error never needs (ruamel stays unloaded, issue 13).
+    sources: Callable[[], dict[str, str]] = field(repr=False, compare=False)
     profile_path: Path
     layers: list[Path] = field(default_factory=list)
     fences_allowed: bool = False
+
+    @functools.cached_property
+    def provenance(self) -> dict[str, str]:
+        return self.sources()
 
     def to_yaml(self) -> str:
         """`dsh config show`: block YAML, camelCase keys, `# <source>` on every leaf."""
@@ -140,7 +147,7 @@ def compose(
     logger.debug("composed config from %s", [layer.label for layer in layers])
     return ComposedConfig(
         config=config,
-        provenance=_provenance(config, merged),
+        sources=functools.partial(_provenance, config, merged),
         profile_path=profile_path,
         layers=[layer.path for layer in files if layer.path is not None],
         fences_allowed=on_test_profile or pytest_plugin,

@@ -1,4 +1,4 @@
-"""Issue 13: `dsh interrupt`, `dsh send` and `dsh --version` answered without the Typer app
+"""Issue 13: `dsh interrupt`, `dsh send`, a plain `dsh run` and `dsh --version` answered without the Typer app
 (`cli.fastpath`) must be indistinguishable from the app: the same stdout, stderr and exit code for
 every argument vector the fast path takes, and the app's own answer for every one it declines.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -132,6 +133,86 @@ def filled(argv: Sequence[str], home: Path, root: str, child: str, file: Path) -
     return [a.format(home=home, root=root, child=child, file=file) for a in argv]
 
 
+# `dsh run` vectors the fast path takes; `{fresh}` is a home that does not exist yet (each path gets
+# the same one, emptied in between), `{file}` a plain file.
+RUN_TAKEN = {
+    "run-transcript": ["run", "--transcript", "background-settlement", "--home", "{fresh}"],
+    "run-json": ["run", "--json", "--transcript", "background-settlement", "--home={fresh}"],
+    "run-json-quiet": ["run", "--transcript", "hello", "-q", "--json", "--home", "{fresh}"],
+    "run-verbose": ["run", "-v", "--transcript", "hello", "--home", "{fresh}"],
+    "run-config-flags": ["run", "--transcript", "hello", "--max-steps", "5", "--max-children", "3", "--max-requests",
+                         "10", "--max-tokens", "100000", "--timeout", "30.5", "--parked", "wait", "--model", "m",
+                         "--append-system-prompt", "Be brief.", "--home", "{fresh}"],
+    "run-profile-overlays": ["run", "--transcript", "hello", "--profile", "test", "--overlay", "quiet-reports",
+                             "--overlay=quiet-reports", "--json", "--home", "{fresh}"],
+    "run-last-message": ["run", "--transcript", "hello", "--output-last-message", "{file}", "--home", "{fresh}"],
+    "run-nothing": ["run", "--home", "{fresh}"],
+    "run-bad-max-steps": ["run", "--transcript", "hello", "--max-steps", "0", "--home", "{fresh}"],
+    "run-bad-parked": ["run", "--transcript", "hello", "--parked", "never", "--home", "{fresh}"],
+    "run-task-and-transcript": ["run", "true", "--transcript", "hello", "--home", "{fresh}"],
+    "run-unknown-transcript": ["run", "--transcript", "no-such-transcript", "--home", "{fresh}"],
+    "run-unknown-profile": ["run", "--transcript", "hello", "--profile", "no-such-profile", "--home", "{fresh}"],
+    "run-unknown-overlay": ["run", "--transcript", "hello", "--overlay", "no-such-overlay", "--home", "{fresh}"],
+    "run-record-and-transcript": ["run", "--transcript", "hello", "--record", "{fresh}.yaml", "--home", "{fresh}"],
+    "run-record-exists": ["run", "a task", "--record", "{file}", "--home", "{fresh}"],
+    "run-no-last-message-directory": ["run", "--transcript", "hello", "--output-last-message", "{file}/x",
+                                      "--home", "{fresh}"],
+    "run-resume-last-in-empty-home": ["run", "--resume", "last", "--home", "{fresh}"],
+    "run-resume-unknown": ["run", "--resume", "session-0", "--home", "{fresh}"],
+    "run-home-is-a-file": ["run", "--transcript", "hello", "--home", "{file}"],
+}
+
+# `dsh run` vectors left to Typer: help, usage errors, and values click and typer might read otherwise.
+RUN_DECLINED = {
+    "run-help": ["run", "--help"],
+    "run-help-after": ["run", "--transcript", "hello", "--help"],
+    "run-stdin-task": ["run", "-"],
+    "run-two-tasks": ["run", "a", "b"],
+    "run-transcript-without-value": ["run", "--transcript"],
+    "run-empty-value": ["run", "--transcript", ""],
+    "run-empty-inline-value": ["run", "--home=", "--transcript", "hello"],
+    "run-option-like-value": ["run", "--transcript", "-q"],
+    "run-repeated-home": ["run", "--home", "a", "--home", "b"],
+    "run-repeated-flag": ["run", "--json", "--json", "--transcript", "hello"],
+    "run-flag-twice-spelled": ["run", "-q", "--quiet", "--transcript", "hello"],
+    "run-flag-with-value": ["run", "--json=true", "--transcript", "hello"],
+    "run-short-flags-together": ["run", "-qv", "--transcript", "hello"],
+    "run-double-dash": ["run", "--", "task"],
+    "run-unknown-option": ["run", "--bogus", "--transcript", "hello"],
+    "run-leading-zero": ["run", "--max-steps", "07", "--transcript", "hello"],
+    "run-negative": ["run", "--max-steps", "-1", "--transcript", "hello"],
+    "run-not-a-number": ["run", "--max-steps", "many", "--transcript", "hello"],
+    "run-exponent": ["run", "--timeout", "1e3", "--transcript", "hello"],
+    "run-spaces": ["run", "--max-tokens", " 5", "--transcript", "hello"],
+}
+DECLINED.update(RUN_DECLINED)
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CLOCK = re.compile(r'"(time|\w+At|\w+Ms)":[0-9.]+')
+
+
+def comparable(outcome: Outcome) -> Outcome:
+    """Session ids, message ids and clock readings differ between two runs; nothing else may."""
+    code, stdout, stderr = outcome
+    def mask(text: str) -> str:
+        return _CLOCK.sub(r'"\1":0', _UUID.sub("<uuid>", text))
+    return code, mask(stdout), mask(stderr)
+
+
+def run_both(argv: Sequence[str], scratch: Path) -> tuple[Outcome, Outcome]:
+    """(fast path, Typer) for a `dsh run` vector, each from the same fresh home and file."""
+    import shutil
+
+    outcomes = []
+    for answer in (by_fast_path, by_typer):
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        (scratch / "file").write_text("not a home")
+        outcomes.append(comparable(answer([a.format(fresh=scratch / "home", file=scratch / "file") for a in argv])))
+        (scratch / "file").unlink()  # --output-last-message wrote here: both answers must have
+    return outcomes[0], outcomes[1]
+
+
 @pytest.mark.parametrize("name", sorted(TAKEN))
 def test_the_fast_path_answers_exactly_as_the_app_does(name, finished, tmp_path):
     home, root, child = finished
@@ -159,6 +240,79 @@ def test_the_rows_cover_each_answer(finished, tmp_path):
         2, "", "dsh: " + render("T-CLI-UNAUTHORIZED", child=child, parent=STRANGER) + "\n")
     assert answers["interrupt-bad-address"] == (2, "", "dsh: " + render("T-CLI-BAD-ADDRESS", value="no-slash") + "\n")
     assert answers["version"] == (0, f"dsh {version('dsh')}\n", "")
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TAKEN))
+def test_a_plain_run_answers_exactly_as_the_app_does(name, tmp_path):
+    fast, typer = run_both(RUN_TAKEN[name], tmp_path / "scratch")
+
+    assert fast == typer
+    assert fast[1] or fast[2]
+
+
+def test_the_run_rows_cover_each_answer(tmp_path):
+    """Successes (answer, NDJSON, the verbose log), and refusals with exit 2 before anything runs."""
+    answers = {name: by_fast_path_in(argv, tmp_path / name) for name, argv in RUN_TAKEN.items()}
+
+    assert answers["run-transcript"] == (0, "PARENT_RECEIVED_CHILD_RESULT\n", "")
+    assert [json.loads(line)["type"] for line in answers["run-json"][1].splitlines()][::len(answers["run-json"][1].splitlines()) - 1] == ["init", "result"]
+    assert "DEBUG" in answers["run-verbose"][2] and answers["run-verbose"][0] == 0
+    assert answers["run-last-message"][0] == 0
+    for name in ("run-nothing", "run-bad-max-steps", "run-bad-parked", "run-task-and-transcript",
+                 "run-unknown-transcript", "run-unknown-profile", "run-unknown-overlay", "run-record-and-transcript",
+                 "run-record-exists", "run-no-last-message-directory", "run-resume-last-in-empty-home",
+                 "run-home-is-a-file"):
+        code, stdout, stderr = answers[name]
+        assert (code, stdout, stderr[:5]) == (2, "", "dsh: "), name
+    assert answers["run-nothing"][2] == "dsh: give a TASK or --transcript NAME\n"
+
+
+def by_fast_path_in(argv: Sequence[str], scratch: Path) -> Outcome:
+    scratch.mkdir()
+    (scratch / "file").write_text("not a home")
+    return by_fast_path([a.format(fresh=scratch / "home", file=scratch / "file") for a in argv])
+
+
+def test_the_run_tables_match_the_typer_declaration():
+    """`cli.fastpath`'s reading of `dsh run` is the app's: every option it takes is declared with
+    the same parameter, as a flag or a value of the same type, repeatable exactly when it is a list;
+    every option the app declares is one the fast path knows (or a new one would be read as unknown
+    and fall back, which is safe, but would silently stop the fast path for it)."""
+    import typing
+
+    import typer.main
+
+    from dsh.cli import run as run_module
+    from dsh.cli.fastpath import RUN_FLAGS, RUN_OPTIONS
+
+    hints = typing.get_type_hints(run_module.run)
+    kinds = {bool: "flag", str: "str", int: "int", float: "float", Path: "path", list[str]: "list"}
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    declared: dict[str, tuple[str, str]] = {}
+    for param in command.params:
+        assert param.envvar is None  # an option read from the environment would be another story
+        if param.opts == [param.name]:  # the TASK argument
+            continue
+        kind = kinds[next(a for a in typing.get_args(hints[param.name]) or [hints[param.name]] if a is not type(None))]
+        assert param.multiple == (kind == "list") and param.is_flag == (kind == "flag"), param.name
+        for opt in [*param.opts, *param.secondary_opts]:
+            declared[opt] = (param.name, kind)
+    known = {**RUN_OPTIONS, **{flag: (parameter, "flag") for flag, parameter in RUN_FLAGS.items()}}
+
+    assert known == declared
+    assert [p.name for p in command.params if p.opts == [p.name]] == ["task"]
+
+
+RUN_TOKENS = ["run", "--transcript", "hello", "--json", "-q", "--max-steps", "3", "0", "07", "--timeout", "1.5",
+              "--home", "{fresh}", "--overlay", "quiet-reports", "", "-", "--", "--help", "true", "--resume", "last"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(RUN_TOKENS), max_size=6).map(lambda tail: ["run", *tail]))
+def test_any_run_vector_the_fast_path_takes_gets_the_apps_answer(tmp_path_factory, argv):
+    if plan(argv, {}) is not None:
+        fast, typer = run_both(argv, tmp_path_factory.mktemp("any-run"))
+        assert fast == typer
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))

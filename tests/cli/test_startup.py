@@ -118,3 +118,48 @@ def test_the_version_loads_nothing_of_dsh_but_the_entry():
 
     assert stdout.splitlines()[-1] == "exit 0"
     assert [m for m in modules if m.startswith(("loader", "typer", "importlib.metadata", "pydantic"))] == []
+
+
+# What `dsh run --transcript` (the console script's fast path) must not load (issue 13): typer and the
+# app (the command runs without them), pydantic-settings (no DSH_* configuration variable is set),
+# httpx and the OpenAI-compatible provider (the model is a transcript), the recorder (nothing is
+# recorded), rich (stderr is not a TTY), ruamel.yaml (shipped files read from loader/shipped_parsed.json).
+RUN_LIGHT = ("typer", "dsh.cli.app", "pydantic_settings", "dotenv", "httpx", "httpx_sse", "dsh.loader.models.openai",
+             "dsh.loader.models.recorder", "ruamel.yaml",
+             "rich")
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["answer", "json"])
+def test_a_transcript_run_through_the_fast_path_stays_light(tmp_path, json_output):
+    argv = ["run", "--transcript", "background-settlement", "--home", str(tmp_path / "h"), *(["--json"] if json_output else [])]
+    code = (
+        "import os\n"
+        "from dsh.cli.fastpath import plan\n"
+        "os.environ.pop('DSH_HOME', None)\n"
+        f"call = plan({argv!r}, {{}})\n"
+        "try:\n"
+        "    call()\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+    )
+    modules, stdout = modules_after(code)
+
+    assert stdout.splitlines()[-1] == "exit 0"
+    assert "PARENT_RECEIVED_CHILD_RESULT" in stdout
+    assert "dsh.loader.headless" in modules  # it did run the tree
+    assert loaded(modules, RUN_LIGHT) == []
+
+
+def test_the_rpc_parameter_models_are_built_on_the_first_request_not_at_import():
+    """`loader.host.methods` is imported by every run (it serves the control socket), but most runs
+    get no request: its models defer their build (issue 13), and still validate when one comes."""
+    code = (
+        "from dsh.loader.host.methods import InterruptParams, PromptParams\n"
+        "print(InterruptParams.__pydantic_complete__, PromptParams.__pydantic_complete__)\n"
+        "sid = 'session-11111111-1111-4111-8111-111111111111'\n"
+        "p = PromptParams.model_validate({'parentSessionId': sid, 'childSessionId': sid, 'message': 'm'})\n"
+        "print(p.message, PromptParams.__pydantic_complete__)\n"
+    )
+    _, stdout = modules_after(code)
+
+    assert stdout.splitlines() == ["False False", "m True"]
