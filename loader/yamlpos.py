@@ -24,8 +24,8 @@ expansion), every explicit tag (`!foo`, and `!!str`, which the round-trip loader
 Validation runs on `plain(data)`, a deep copy in builtin types, so validated models never hold
 ruamel's `CommentedMap`/`ScalarString` subclasses; the marked original is kept only for `locate`.
 
-Fast path (issue 13): the round-trip loader is pure Python (a 170 KB generated transcript cost 9 M
-calls). `read_yaml` parses a document that is plain JSON (JSON is YAML 1.2) with the C `json`
+Fast path (issue 13; the readers live in `yamlfast`): the round-trip loader is pure Python (a 170 KB
+generated transcript cost 9 M calls). `read_yaml` parses a document that is plain JSON (JSON is YAML 1.2) with the C `json`
 module instead and builds the marked tree only when a caller asks for positions, i.e. to report an
 error. The fast path accepts a document only where both parsers agree: anything it cannot vouch for
 (duplicate keys, `NaN`, escaped surrogates, nesting or integers near the limits, any parse error)
@@ -42,11 +42,11 @@ import functools
 import hashlib
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 from dsh.loader.inputfile import InputRefused, read_input
+from dsh.loader.yamlfast import NOT_FAST, SHIPPED_TABLE, fast_json, same, shipped_reading
 
 __all__ = [
     "MAX_DEPTH",
@@ -204,61 +204,13 @@ def read_yaml(path: Path) -> YamlDocument:
     Raises `YamlProblem` exactly where `load_yaml_with_marks` would.
     """
     text = _read_text(path)
-    data = _fast_json(text)
-    if data is _NOT_FAST:
-        data = _shipped_reading(text)
-    if data is not _NOT_FAST:
+    data = fast_json(text, max_depth=MAX_DEPTH - 2, max_int_digits=MAX_INT_DIGITS)
+    if data is NOT_FAST:
+        data = shipped_reading(text)
+    if data is not NOT_FAST:
         return YamlDocument(path, text, data)
     marked = _compose_marked(path, text)
     return YamlDocument(path, text, plain(marked), marked)
-
-
-class _NotFast(Exception):
-    """The fast path cannot vouch for this document; the marked loader decides."""
-
-
-_NOT_FAST: Any = object()
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # json pairs them, ruamel keeps two code points
-_FAST_MAX_DEPTH = MAX_DEPTH - 2  # margin: near the limit the marked loader's own count decides
-
-
-def _fast_json(text: str) -> Any:
-    """`text` as builtin data if it is JSON both parsers read the same way, else `_NOT_FAST`."""
-    head = text.lstrip(" \t\r\n")[:1]
-    if head not in ("{", "[") or _SURROGATE_ESCAPE.search(text):
-        return _NOT_FAST
-    try:
-        data = json.loads(text, object_pairs_hook=_unique_pairs, parse_int=_short_int, parse_constant=_no_constant)
-    except (_NotFast, ValueError, RecursionError):
-        return _NOT_FAST
-    if _depth_exceeds(data, _FAST_MAX_DEPTH):
-        return _NOT_FAST
-    return data
-
-
-SHIPPED_TABLE = Path(__file__).with_name("shipped_parsed.json")
-"""What the marked loader reads in each shipped profile, overlay and transcript, keyed by the
-SHA-256 of the file's text (`scripts/shipped_parsed.py` writes it; a test keeps it exact)."""
-
-
-def _shipped_reading(text: str) -> Any:
-    """The marked loader's reading of `text`, if `text` is a shipped file's exact text, else
-    `_NOT_FAST`. The table was produced by the marked loader from the same text, so every refusal
-    of the module docstring has been applied already; a file edited since reads through ruamel."""
-    entry = _shipped_table().get(hashlib.sha256(text.encode("utf-8")).hexdigest())
-    # Each entry is JSON text, decoded per read: every caller gets its own objects to keep or change.
-    return json.loads(entry) if isinstance(entry, str) else _NOT_FAST
-
-
-@functools.cache
-def _shipped_table() -> dict[str, str]:
-    try:
-        table = json.loads(SHIPPED_TABLE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # not installed with the package: every file takes ruamel's path
-        logger.debug("no shipped YAML table at %s", SHIPPED_TABLE)
-        return {}
-    documents = table.get("documents") if isinstance(table, dict) else None
-    return documents if isinstance(documents, dict) else {}
 
 
 def shipped_table_entry(path: Path) -> tuple[str, str]:
@@ -267,53 +219,9 @@ def shipped_table_entry(path: Path) -> tuple[str, str]:
     text = _read_text(path)
     data = plain(_compose_marked(path, text))
     encoded = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    if not _same(json.loads(encoded), data):
+    if not same(json.loads(encoded), data):
         raise ValueError(f"{path}: its data does not survive JSON (a non-string key?)")
     return hashlib.sha256(text.encode("utf-8")).hexdigest(), encoded
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal with equal types all the way down (`True == 1` and `{1: x} != {"1": x}` matter here)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _NotFast()  # a duplicate key: the marked loader reports it at its position
-    return out
-
-
-def _short_int(literal: str) -> int:
-    if len(literal) >= MAX_INT_DIGITS:
-        raise _NotFast()
-    return int(literal)
-
-
-def _no_constant(literal: str) -> Any:
-    raise _NotFast()  # NaN / Infinity are not JSON and read as strings in YAML
-
-
-def _depth_exceeds(data: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
 
 
 def _read_text(path: Path) -> str:
