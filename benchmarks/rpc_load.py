@@ -12,7 +12,7 @@ is printed next to the run's.
 
 Prints: calls, replies, lost replies (a call without its JSON-RPC answer: EOF, reset, timeout,
 wrong id), errors by `data.code`, latency p50 / p90 / p99 / max, throughput, the same-run floor (one
-client alone for a second before the load), the run's and the generator's CPU per call (Linux
+client alone for a second before the load, with the run's CPU per call then), the run's and the generator's CPU per call (Linux
 /proc, getrusage), the mean number of calls in flight (sent, not yet answered: near `--clients`
 means the generator kept every client waiting on the server), idle connections the server closed
 (the cap keeps 256 open), the run's open file descriptors before, with the idle ones, under load and
@@ -266,7 +266,9 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 def load(path: str, root: str, clients: int, idle: int, seconds: float, workers: int, pid: int) -> dict[str, Any]:
+    floor_cpu = cpu_seconds(pid)
     floor = drive(path, root, range(1), time.monotonic(), time.monotonic() + 1.0, None)
+    floor_cpu = cpu_seconds(pid) - floor_cpu
     floor_lat = sorted(array("d", floor["latencies"]))
     idle_socks = []
     for _ in range(idle):
@@ -309,6 +311,7 @@ def load(path: str, root: str, clients: int, idle: int, seconds: float, workers:
         "floor_p50_ms": percentile(floor_lat, 0.50),
         "floor_p99_ms": percentile(floor_lat, 0.99),
         "floor_calls": len(floor_lat),
+        "floor_server_cpu_ms_per_call": round(floor_cpu * 1000 / max(1, len(floor_lat)), 4),
         "server_cpu_ms_per_call": round(server_cpu * 1000 / calls, 4),
         "generator_cpu_ms_per_call": round(sum(r["cpu"] for r in reports) * 1000 / calls, 4),
         "server_cpu_share": round(server_cpu / elapsed, 3),

@@ -79,18 +79,23 @@ class Connection:
         self._reading = False
 
     def start(self) -> None:
-        self._read(True)
+        """Serve the connection; called right after accept. A client of ours sends its line right
+        after connecting, so it is usually there already: read it now, and save the loop the
+        round of registering the socket and waking for its first read."""
+        self._on_readable(first=True)
 
     @property
     def closed(self) -> bool:
         return self._fd < 0
 
     # -- loop callbacks -----------------------------------------------------------------------------
-    def _on_readable(self) -> None:
+    def _on_readable(self, first: bool = False) -> None:
         try:
             try:
                 data = self.sock.recv(_READ_SIZE)
             except (BlockingIOError, InterruptedError):
+                if first:
+                    self._read(True)
                 return
             if data:
                 self._buffer += data

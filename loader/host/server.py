@@ -26,8 +26,11 @@ Framing and dispatch rules (decisions where §18 leaves room):
   refused beyond. A client of ours sends its line right after connecting, so only idle or
   abandoned connections are ever closed.
 
+Modules: this one owns the socket file, admission, the cap and the idle sweep; `connection.py` one
+socket's framing and flow control; `frames.py` a line's decoding and its answer; `methods.py` §18.2.
+
 Invariant: a handler failure never crosses the connection boundary as text: unexpected exceptions
-are logged here with `logger.exception` and answered with the fixed `internal` error (§18.3).
+are logged with `logger.exception` and answered with the fixed `internal` error (§18.3).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import logging
 import os
 import socket
@@ -47,20 +49,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.loader.abort import AbortController
-from dsh.loader.boundedjson import JsonProblem, loads_bounded
 from dsh.loader.errors import DshError
 from dsh.loader.host.connection import Answer, Connection
+from dsh.loader.host.frames import OVERSIZE, answer
 from dsh.loader.host.methods import Methods, RunState
 from dsh.loader.host.paths import socket_path
-from dsh.loader.host.protocol import (
-    INVALID_REQUEST,
-    JSONRPC_VERSION,
-    MAX_LINE_BYTES,
-    PARSE_ERROR,
-    RpcError,
-    bad_request,
-    internal,
-)
 
 if TYPE_CHECKING:
     from dsh.loader.agent import Agent
@@ -77,10 +70,6 @@ _BACKLOG = 1024  # a burst of connects waits in the kernel rather than failing (
 _ACCEPT_BATCH = 256  # accepted per wakeup: a burst is admitted in a few loop iterations, not one each
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
-_ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-_NO_ID = object()
-# One encoder for every answer: `json.dumps` with options builds a new encoder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _PEERCRED_SIZE = struct.calcsize("3i")
 
 # Host wording outside §18.3; candidates for loader/texts.py (T-HOST-*).
@@ -205,14 +194,18 @@ class ControlServer:
 
     # -- connections (the `Host` side of connection.py) ---------------------------------------------
     def _accept(self) -> None:
-        """The listener is readable: accept what is queued (a bounded batch per loop iteration)."""
+        """The listener is readable: accept what is queued (a bounded batch per loop iteration),
+        then serve the batch. Serving only after the batch keeps the batch what was queued: a
+        client answered inside this callback reconnects at once, and accepting that too, before
+        the loop has seen its old connection's EOF, would count it twice against the cap."""
         listener, loop = self._listener, self._loop
         assert listener is not None and loop is not None
+        admitted: list[Connection] = []
         for _ in range(_ACCEPT_BATCH):
             try:
                 sock, _address = listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:
                 if exc.errno in _OUT_OF_RESOURCES:
                     # Out of descriptors or memory: stop accepting for a second instead of spinning
@@ -222,18 +215,21 @@ class ControlServer:
                     self._accept_pause = loop.call_later(1.0, self._resume_accepting)
                 else:
                     logger.debug("control socket accept failed: %r", exc)
-                return
+                break
             try:
                 sock.setblocking(False)
                 connection = Connection(self, sock, loop)
                 self._connections.add(connection)
                 if self._peer_allowed(sock) and self._admit(connection):
-                    connection.start()
+                    admitted.append(connection)
                 else:
                     connection.abort()
             except Exception:  # last line of defence: close it, keep the run quiet
                 logger.debug("control connection closed after an unexpected error", exc_info=True)
                 sock.close()
+        for connection in admitted:
+            if not connection.closed:  # not evicted by a later arrival of the batch
+                connection.start()
 
     def _resume_accepting(self) -> None:
         self._accept_pause = None
@@ -337,84 +333,10 @@ class ControlServer:
 
     # -- one request ----------------------------------------------------------------------------
     def oversize(self) -> bytes:
-        return _encode(_error_response(None, bad_request(INVALID_REQUEST, f"line longer than {MAX_LINE_BYTES} bytes")))
+        return OVERSIZE
 
     def dispatch(self, line: bytes) -> Answer:
-        """The encoded answer for one line, a coroutine producing it (an awaiting method), or None
-        for a notification."""
-        try:
-            # Issue 15 item 5: one bounded decoder, so deep nesting, lone surrogates, NaN, invalid
-            # UTF-8 and 5,000-digit integers all end here as a bad-request, never as a traceback.
-            request = loads_bounded(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            return _encode(_error_response(None, bad_request(PARSE_ERROR, "the line is not valid JSON")))
-        except JsonProblem as exc:
-            return _encode(_error_response(None, bad_request(PARSE_ERROR, f"the line is not valid JSON: {exc.msg}")))
-        if isinstance(request, list):
-            return _encode(_error_response(None, bad_request(INVALID_REQUEST, "batches are not supported")))
-        if not isinstance(request, dict):
-            return _encode(_error_response(None, bad_request(INVALID_REQUEST, "a request must be a JSON object")))
-        request_id = request.get("id", _NO_ID)
-        if request_id is not _NO_ID and not _is_valid_id(request_id):
-            return _encode(_error_response(None, bad_request(INVALID_REQUEST, "id must be a string, an integer or null")))
-        reply_id = None if request_id is _NO_ID else request_id
-        problem = _envelope_problem(request)
-        if problem is not None:
-            return _encode(_error_response(reply_id, bad_request(INVALID_REQUEST, problem)))
-        method = request["method"]
-        try:
-            outcome = self._methods.start(method, request.get("params"))
-        except RpcError as exc:
-            return None if request_id is _NO_ID else _encode(_error_response(reply_id, exc))
-        except Exception:
-            logger.exception("control method %s failed", method)
-            return None if request_id is _NO_ID else _encode(_error_response(reply_id, internal()))
-        if isinstance(outcome, dict):
-            return None if request_id is _NO_ID else _encode_result(method, reply_id, outcome)
-        return _awaited(method, request_id, outcome)
-
-
-async def _awaited(method: str, request_id: Any, pending: Coroutine[Any, Any, dict[str, Any]]) -> bytes | None:
-    """The answer of an awaiting method (`subagent.prompt`), encoded; None for a notification."""
-    reply_id = None if request_id is _NO_ID else request_id
-    try:
-        result = await pending
-    except RpcError as exc:
-        return None if request_id is _NO_ID else _encode(_error_response(reply_id, exc))
-    except Exception:
-        logger.exception("control method %s failed", method)
-        return None if request_id is _NO_ID else _encode(_error_response(reply_id, internal()))
-    return None if request_id is _NO_ID else _encode_result(method, reply_id, result)
-
-
-def _encode_result(method: str, reply_id: Any, result: dict[str, Any]) -> bytes:
-    try:
-        return _encode({"jsonrpc": JSONRPC_VERSION, "id": reply_id, "result": result})
-    except (TypeError, ValueError):  # not JSON (UnicodeEncodeError is a ValueError): a bug of ours
-        logger.exception("control method %s gave an answer that is not JSON", method)
-        return _encode(_error_response(reply_id, internal()))
-
-
-def _envelope_problem(request: dict[str, Any]) -> str | None:
-    if request.get("jsonrpc") != JSONRPC_VERSION:
-        return 'jsonrpc must be "2.0"'
-    if not isinstance(request.get("method"), str):
-        return "method must be a string"
-    if not _ENVELOPE_KEYS.issuperset(request):
-        return f"unknown request members {', '.join(sorted(set(request) - _ENVELOPE_KEYS))}"
-    return None
-
-
-def _is_valid_id(value: Any) -> bool:
-    return value is None or isinstance(value, str) or (type(value) is int)
-
-
-def _error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error.to_wire()}
-
-
-def _encode(body: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(body).encode() + b"\n"
+        return answer(self._methods, line)
 
 
 # -- socket file lifecycle --------------------------------------------------------------------------
