@@ -68,6 +68,7 @@ MAX_CONNECTIONS = 256
 FRESH_SECONDS = 0.5
 _BACKLOG = 1024  # a burst of connects waits in the kernel rather than failing (issue 15 item 8)
 _ACCEPT_BATCH = 256  # accepted per wakeup: a burst is admitted in a few loop iterations, not one each
+_CLOSE_GRACE_SECONDS = 1.0  # at close, for answers already written to reach slow readers
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 _PEERCRED_SIZE = struct.calcsize("3i")
@@ -173,7 +174,12 @@ class ControlServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._connections:  # answers still being flushed to slow readers
             self._all_lost = self._loop.create_future()
-            await self._all_lost
+            try:
+                await asyncio.wait_for(asyncio.shield(self._all_lost), _CLOSE_GRACE_SECONDS)
+            except TimeoutError:  # a peer that does not read must not hold the run's shutdown
+                logger.debug("control connections still flushing at close; dropping them")
+                for connection in list(self._connections):
+                    connection.abort()
         self._unlink_own_socket()
         logger.info("control socket at %s closed", self.path)
 

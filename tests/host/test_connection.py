@@ -84,3 +84,31 @@ async def test_a_line_behind_an_awaiting_method_is_answered_after_it(start_run) 
     assert [a["id"] for a in answers] == ["prompt", "status"]
     assert "messageId" in answers[0]["result"]
     assert answers[1]["result"]["rootSessionId"] == run.root.id
+
+
+def _read_to_eof(sock: socket.socket) -> bytes:
+    sock.settimeout(10)  # backstop only
+    chunks = []
+    try:
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+async def test_close_does_not_wait_forever_for_a_peer_that_never_reads(start_run) -> None:
+    """A peer sends 2,000 requests and reads none of the ~600 KB of answers: the server's close
+    gives the kept answers a bounded grace (1 s), then drops the connection and finishes."""
+    run = await start_run()
+    sock = _connect(run.server.path)
+    try:
+        lines = b"".join(_status(i) + b"\n" for i in range(2000))
+        await asyncio.wait_for(asyncio.to_thread(sock.sendall, lines), 10)
+        await asyncio.wait_for(asyncio.to_thread(sock.recv, 1, socket.MSG_PEEK), 10)  # answering
+        await asyncio.wait_for(run.server.close(), 10)  # backstop only; the grace is 1 s
+        assert not run.server.serving
+        received = await asyncio.to_thread(_read_to_eof, sock)  # what the kernel holds, then EOF
+    finally:
+        sock.close()
+    assert 0 < received.count(b"\n") < 2000  # answering had begun; dropped, not flushed to the end
