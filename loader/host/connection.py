@@ -60,7 +60,7 @@ class Connection:
 
     __slots__ = (
         "_buffer", "_closing", "_eof", "_fd", "_host", "_loop", "_out", "_reading", "_scanned",
-        "busy", "evicted", "last_active", "sock",
+        "busy", "last_active", "sock",
     )
 
     def __init__(self, host: Host, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
@@ -70,7 +70,6 @@ class Connection:
         self._fd = sock.fileno()
         self.last_active = loop.time()  # loop time of the connect or of the last answered line
         self.busy = False  # a line is in hand: read and not yet answered (awaiting methods only)
-        self.evicted = False  # closed by the connection cap
         self._buffer = bytearray()
         self._scanned = 0  # bytes of `_buffer` already known to hold no newline
         self._out = b""  # answer bytes the socket has not taken yet

@@ -98,7 +98,7 @@ class Methods:
     `subagent.prompt` (the one method that awaits) a coroutine producing it; errors as RpcError.
 
     Why two shapes (issue 15 item 8): the server answers the methods that need no await inside the
-    transport's read callback, without a task per request; only a delivery has to wait for the child."""
+    socket's read callback, without a task per request; only a delivery has to wait for the child."""
 
     tree: Tree
     root: Agent
@@ -120,11 +120,6 @@ class Methods:
             raise bad_request(METHOD_NOT_FOUND, f"unknown method {method!r}", {"method": method})
         model, handler = entry
         return handler(_validate(model, params))
-
-    async def call(self, method: str, params: Any) -> dict[str, Any]:
-        """`start`, awaited when it has to be: one entry point for callers that can always await."""
-        outcome = self.start(method, params)
-        return outcome if isinstance(outcome, dict) else await outcome
 
     def _interrupt(self, p: InterruptParams) -> dict[str, Any]:
         # Only the S8 function, nothing before or after it (§18.2): success means "signal issued".

@@ -10,9 +10,10 @@ Framing and dispatch rules (decisions where §18 leaves room):
   `bad-request` (-32600, id null) and the connection is closed. Blank lines are skipped. A final
   line without `\\n` at EOF is still handled.
 - Requests on one connection are handled strictly in order (the next line is handled only after
-  the previous response is written); connections are independent. A connection is an
-  `asyncio.Protocol` (`connection.py`), not a task: methods that need no await are answered inside
-  the transport's read callback, `subagent.prompt` in a task named `host:connection:N`.
+  the previous response is written); connections are independent. A connection is a raw
+  non-blocking socket under `loop.add_reader` (`connection.py`), not a task: methods that need no
+  await are answered inside its read callback, `subagent.prompt` in a task named
+  `host:connection:N`. At close, answers still being flushed get `_CLOSE_GRACE_SECONDS`.
 - Batches (JSON arrays) are not supported: one -32600 response with id null. §18.1 frames "one JSON
   object per line", and no client of ours batches.
 - Parse errors and invalid requests are always answered (id null when the id is unusable), as
@@ -263,7 +264,6 @@ class ControlServer:
         logger.debug("control connection cap reached; closing the longest idle connection")
         # Counted out at once: a close may wait for a flush, and counting it until then would let
         # the next arrivals evict a second, third... connection for one slot.
-        oldest.evicted = True
         del self._by_activity[oldest]
         oldest.close()
         return True
