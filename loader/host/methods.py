@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
@@ -97,7 +97,11 @@ class StatusParams(_Params):
 
 @dataclass
 class Methods:
-    """The method table of one run: `await methods.call(name, params)` → result dict or RpcError."""
+    """The method table of one run: `methods.start(name, params)` → the result dict, or for
+    `subagent.prompt` (the one method that awaits) a coroutine producing it; errors as RpcError.
+
+    Why two shapes (issue 15 item 8): the server answers the methods that need no await inside the
+    socket's read callback, without a task per request; only a delivery has to wait for the child."""
 
     tree: Tree
     root: Agent
@@ -105,22 +109,22 @@ class Methods:
     signal: AbortSignal
     started_at: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
 
-    async def call(self, method: str, params: Any) -> dict[str, Any]:
-        entry = self._table().get(method)
-        if entry is None:
-            raise bad_request(METHOD_NOT_FOUND, f"unknown method {method!r}", {"method": method})
-        model, handler = entry
-        return await handler(_validate(model, params))
-
-    def _table(self) -> dict[str, tuple[type[_Params], Callable[[Any], Awaitable[dict[str, Any]]]]]:
-        return {
+    def __post_init__(self) -> None:
+        self._table: dict[str, tuple[type[_Params], Callable[[Any], dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]]]] = {
             "subagent.interrupt": (InterruptParams, self._interrupt),
             "subagent.prompt": (PromptParams, self._prompt),
             "subagent.list": (ListParams, self._list),
             "run.status": (StatusParams, self._status),
         }
 
-    async def _interrupt(self, p: InterruptParams) -> dict[str, Any]:
+    def start(self, method: str, params: Any) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+        entry = self._table.get(method)
+        if entry is None:
+            raise bad_request(METHOD_NOT_FOUND, f"unknown method {method!r}", {"method": method})
+        model, handler = entry
+        return handler(_validate(model, params))
+
+    def _interrupt(self, p: InterruptParams) -> dict[str, Any]:
         # Only the S8 function, nothing before or after it (§18.2): success means "signal issued".
         try:
             interrupt(self.tree.manager, p.child_session_id, UserAuthority(p.parent_session_id))
@@ -143,7 +147,7 @@ class Methods:
             raise delivery_unavailable(p.child_session_id, "closing") from None
         return {"messageId": message_id}
 
-    async def _list(self, p: ListParams) -> dict[str, Any]:
+    def _list(self, p: ListParams) -> dict[str, Any]:
         rows = list_agents(self.tree.manager, self.tree.catalogue, p.parent_session_id, p.scope)
         entries: list[dict[str, Any]] = []
         for row in rows:
@@ -160,7 +164,7 @@ class Methods:
             })
         return {"parentLive": self.tree.registry.get(p.parent_session_id) is not None, "entries": entries}
 
-    async def _status(self, p: StatusParams) -> dict[str, Any]:
+    def _status(self, p: StatusParams) -> dict[str, Any]:
         manager = self.tree.manager
         agents: list[dict[str, Any]] = []
         for agent in self.tree.registry:

@@ -9,54 +9,52 @@ Framing and dispatch rules (decisions where §18 leaves room):
 - One JSON value per `\\n`-terminated line of at most `MAX_LINE_BYTES`; a longer line gets one
   `bad-request` (-32600, id null) and the connection is closed. Blank lines are skipped. A final
   line without `\\n` at EOF is still handled.
-- Requests on one connection are handled strictly in order (the next line is read only after the
-  previous response is written); connections are independent tasks.
+- Requests on one connection are handled strictly in order (the next line is handled only after
+  the previous response is written); connections are independent. A connection is a raw
+  non-blocking socket under `loop.add_reader` (`connection.py`), not a task: methods that need no
+  await are answered inside its read callback, `subagent.prompt` in a task named
+  `host:connection:N`. At close, answers still being flushed get `_CLOSE_GRACE_SECONDS`.
 - Batches (JSON arrays) are not supported: one -32600 response with id null. §18.1 frames "one JSON
   object per line", and no client of ours batches.
 - Parse errors and invalid requests are always answered (id null when the id is unusable), as
   JSON-RPC 2.0 requires; a valid request without `id` is a notification: it runs, nothing is sent.
 - Unknown envelope members (besides jsonrpc, id, method, params) make the request invalid (-32600).
 - Bounded in time and count (issue 15 item 8): a connection that sends no complete line for
-  `idle_timeout` seconds (default 30) is closed; above `max_connections` open connections (default
+  `idle_timeout` seconds (default 30) is closed (by one sweep timer walking the connections in
+  activity order, not a timer per connection); above `max_connections` open connections (default
   256) the least recently active one that is idle (no request in hand, silent for over 0.5 s) is
   closed to admit the new one; with none idle, connections are admitted up to twice the cap and
   refused beyond. A client of ours sends its line right after connecting, so only idle or
   abandoned connections are ever closed.
 
+Modules: this one owns the socket file, admission, the cap and the idle sweep; `connection.py` one
+socket's framing and flow control; `frames.py` a line's decoding and its answer; `methods.py` §18.2.
+
 Invariant: a handler failure never crosses the connection boundary as text: unexpected exceptions
-are logged here with `logger.exception` and answered with the fixed `internal` error (§18.3).
+are logged with `logger.exception` and answered with the fixed `internal` error (§18.3).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import errno
 import logging
 import os
 import socket
 import stat
 import struct
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.loader.abort import AbortController
-from dsh.loader.boundedjson import JsonProblem, loads_bounded
 from dsh.loader.errors import DshError
+from dsh.loader.host.connection import Answer, Connection
+from dsh.loader.host.frames import OVERSIZE, answer
 from dsh.loader.host.methods import Methods, RunState
 from dsh.loader.host.paths import socket_path
-from dsh.loader.host.protocol import (
-    INVALID_REQUEST,
-    JSONRPC_VERSION,
-    MAX_LINE_BYTES,
-    PARSE_ERROR,
-    RpcError,
-    bad_request,
-    internal,
-)
 
 if TYPE_CHECKING:
     from dsh.loader.agent import Agent
@@ -70,9 +68,11 @@ IDLE_TIMEOUT_SECONDS = 30.0
 MAX_CONNECTIONS = 256
 FRESH_SECONDS = 0.5
 _BACKLOG = 1024  # a burst of connects waits in the kernel rather than failing (issue 15 item 8)
+_ACCEPT_BATCH = 256  # accepted per wakeup: a burst is admitted in a few loop iterations, not one each
+_CLOSE_GRACE_SECONDS = 1.0  # at close, for answers already written to reach slow readers
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
-_ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-_NO_ID = object()
+_PEERCRED_SIZE = struct.calcsize("3i")
 
 # Host wording outside §18.3; candidates for loader/texts.py (T-HOST-*).
 _MSG_IN_USE = "another dsh process already serves {path}"
@@ -101,55 +101,86 @@ class ControlServer:
         self._fresh_seconds = fresh_seconds
         self.path: Path = socket_path(tree.home, root.id, environ)
         self._peer_uid = os.getuid() if peer_uid is None else peer_uid
+        self._check_peer = sys.platform.startswith("linux") and hasattr(socket, "SO_PEERCRED")
         self._controller = AbortController()  # aborted at close: in-flight deliveries give up
         self._methods = Methods(tree=tree, root=root, state=state, signal=self._controller.signal)
-        self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: socket.socket | None = None
+        self._accept_pause: asyncio.TimerHandle | None = None
         self._closed = False
         self._inode: int | None = None
-        self._connections: dict[asyncio.Task[Any], _Connection] = {}
+        self._connections: set[Connection] = set()  # every connection not yet closed
         # The open (not evicted) connections, least recently active first: a dict keeps insertion
-        # order, and `_touch` re-inserts, so admission finds the eviction candidate at the front
-        # instead of scanning every connection on every connect (issue 15 item 8's p99 under load).
-        self._by_activity: dict[_Connection, None] = {}
-        self._next_connection = 0
+        # order, and `touch` re-inserts, so admission finds the eviction candidate and the idle
+        # sweep its expired connections at the front instead of scanning every connection.
+        self._by_activity: dict[Connection, None] = {}
+        self._tasks: dict[asyncio.Task[None], Connection] = {}  # awaiting requests in hand
+        self._sweep: asyncio.TimerHandle | None = None
+        self._all_lost: asyncio.Future[None] | None = None
+        self._next_task = 0
 
     @property
     def serving(self) -> bool:
-        return self._server is not None
+        return self._listener is not None
 
     async def start(self) -> Path:
         """Bind the socket and return its path. `DshError("SOCKET_IN_USE")` if a live run holds it."""
-        if self._server is not None or self._closed:
+        if self._listener is not None or self._closed:
             raise RuntimeError("a ControlServer starts once; build a new one to serve again")
         _prepare_directory(self.path.parent)
         await _clear_stale(self.path)
-        server = await asyncio.start_unix_server(
-            self._serve, path=os.fspath(self.path), limit=MAX_LINE_BYTES, backlog=_BACKLOG
-        )
-        # Right after bind (§18.1); the 0700 directory already keeps others out of the window before.
-        os.chmod(self.path, 0o600)
-        self._inode = os.stat(self.path).st_ino
-        self._server = server
+        self._loop = asyncio.get_running_loop()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                listener.bind(os.fspath(self.path))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:  # bound by another run since `_clear_stale`
+                    raise DshError("SOCKET_IN_USE", _MSG_IN_USE.format(path=self.path)) from None
+                raise
+            # Right after bind (§18.1), before listen: the 0700 directory keeps others out meanwhile.
+            os.chmod(self.path, 0o600)
+            self._inode = os.stat(self.path).st_ino
+            listener.listen(_BACKLOG)
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._loop.add_reader(listener.fileno(), self._accept)
         logger.info("control socket listening at %s", self.path)
         return self.path
 
     async def close(self) -> None:
         """Stop accepting, end every connection after its in-flight request, unlink the socket."""
-        server, self._server = self._server, None
-        if server is None:
+        listener, self._listener = self._listener, None
+        if listener is None:
             return
+        assert self._loop is not None
         self._closed = True
-        server.close()
+        self._loop.remove_reader(listener.fileno())
+        listener.close()
+        for timer in (self._sweep, self._accept_pause):
+            if timer is not None:
+                timer.cancel()
+        self._sweep = self._accept_pause = None
         # A connection waiting for a line is closed now; one handling a request sees the abort
-        # (an in-flight delivery gives up), writes its answer and then ends, since `_server` is
-        # None. Handlers are never cancelled: a followup runs inside the child lock, and abandoning
+        # (an in-flight delivery gives up), writes its answer and then ends, since `serving` is
+        # False. Handlers are never cancelled: a followup runs inside the child lock, and abandoning
         # it midway would cut a materialization short.
         self._controller.abort({"kind": "disposed"})
-        for connection in list(self._connections.values()):
+        for connection in list(self._connections):
             if not connection.busy:
-                connection.writer.close()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
+                connection.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._connections:  # answers still being flushed to slow readers
+            self._all_lost = self._loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._all_lost), _CLOSE_GRACE_SECONDS)
+            except TimeoutError:  # a peer that does not read must not hold the run's shutdown
+                logger.debug("control connections still flushing at close; dropping them")
+                for connection in list(self._connections):
+                    connection.abort()
         self._unlink_own_socket()
         logger.info("control socket at %s closed", self.path)
 
@@ -168,34 +199,56 @@ class ControlServer:
             except OSError:
                 pass
 
-    # -- connections ----------------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._next_connection += 1
-        # Named per STYLE §7; tests also use the `host:` prefix to tell the handler's own calls
-        # from the runtime's reactions (matrix 108).
-        task.set_name(f"host:connection:{self._next_connection}")
-        connection = self._connections[task] = _Connection(writer, asyncio.get_running_loop().time())
-        self._by_activity[connection] = None
-        try:
-            if not self._peer_allowed(writer) or not self._admit(connection):
-                return
-            await self._converse(reader, connection)
-        except ConnectionError:
-            logger.debug("control connection dropped", exc_info=True)
-        except Exception:  # last line of defence for one connection: close it, keep the run quiet
-            logger.debug("control connection closed after an unexpected error", exc_info=True)
-        finally:
-            del self._connections[task]
-            self._by_activity.pop(connection, None)
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    # -- connections (the `Host` side of connection.py) ---------------------------------------------
+    def _accept(self) -> None:
+        """The listener is readable: accept what is queued (a bounded batch per loop iteration),
+        then serve the batch. Serving only after the batch keeps the batch what was queued: a
+        client answered inside this callback reconnects at once, and accepting that too, before
+        the loop has seen its old connection's EOF, would count it twice against the cap."""
+        listener, loop = self._listener, self._loop
+        assert listener is not None and loop is not None
+        admitted: list[Connection] = []
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                sock, _address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    # Out of descriptors or memory: stop accepting for a second instead of spinning
+                    # (asyncio's servers do the same); connections wait in the backlog meanwhile.
+                    logger.debug("control socket cannot accept (%s); pausing for 1 s", exc)
+                    loop.remove_reader(listener.fileno())
+                    self._accept_pause = loop.call_later(1.0, self._resume_accepting)
+                else:
+                    logger.debug("control socket accept failed: %r", exc)
+                break
+            try:
+                sock.setblocking(False)
+                connection = Connection(self, sock, loop)
+                self._connections.add(connection)
+                if self._peer_allowed(sock) and self._admit(connection):
+                    admitted.append(connection)
+                else:
+                    connection.abort()
+            except Exception:  # last line of defence: close it, keep the run quiet
+                logger.debug("control connection closed after an unexpected error", exc_info=True)
+                sock.close()
+        for connection in admitted:
+            if not connection.closed:  # not evicted by a later arrival of the batch
+                connection.start()
 
-    def _admit(self, connection: _Connection) -> bool:
-        """Make room under the cap by closing the least recently active idle connection; False
-        (close this one) when every other connection is handling a request."""
+    def _resume_accepting(self) -> None:
+        self._accept_pause = None
+        if self._listener is not None and self._loop is not None:
+            self._loop.add_reader(self._listener.fileno(), self._accept)
+
+    def _admit(self, connection: Connection) -> bool:
+        """Count a new connection in; False (close it) when the cap is reached and every other
+        connection is handling a request."""
+        self._by_activity[connection] = None
+        if self._sweep is None:
+            self._arm_sweep(connection.last_active + self._idle_timeout)
         open_count = len(self._by_activity)
         if open_count <= self._max_connections:
             return True
@@ -209,14 +262,13 @@ class ControlServer:
             logger.debug("control connection refused: %d connections, none idle", open_count)
             return False
         logger.debug("control connection cap reached; closing the longest idle connection")
-        # Counted out at once: its task leaves `_connections` only when it ends, and counting it
-        # until then would let the next arrivals evict a second, third... connection for one slot.
-        oldest.evicted = True
+        # Counted out at once: a close may wait for a flush, and counting it until then would let
+        # the next arrivals evict a second, third... connection for one slot.
         del self._by_activity[oldest]
-        oldest.writer.close()
+        oldest.close()
         return True
 
-    def _longest_idle(self, settled: float, new: _Connection) -> _Connection | None:
+    def _longest_idle(self, settled: float, new: Connection) -> Connection | None:
         """The least recently active open connection, not busy, silent since `settled`, other than
         `new`. `_by_activity` is in `last_active` order, so the walk stops at the first one active
         after `settled` and passes only busy ones (at most one per request in hand) before that."""
@@ -227,123 +279,70 @@ class ControlServer:
                 return candidate
         return None
 
-    def _touch(self, connection: _Connection, now: float) -> None:
-        connection.last_active = now
+    def touch(self, connection: Connection) -> None:
+        assert self._loop is not None
+        connection.last_active = self._loop.time()
         if connection in self._by_activity:  # not when evicted meanwhile
             del self._by_activity[connection]
             self._by_activity[connection] = None
 
-    async def _converse(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
-        loop = asyncio.get_running_loop()
-        while self._server is not None:
-            try:
-                async with asyncio.timeout(self._idle_timeout):
-                    line = await reader.readuntil(b"\n")
-            except TimeoutError:
-                logger.debug("control connection idle for %ss; closing it", self._idle_timeout)
-                return
-            except asyncio.IncompleteReadError as exc:
-                line = exc.partial  # EOF: handle a last unterminated line, then stop
-                if line.strip():
-                    await self._answer(connection, line)
-                return
-            except asyncio.LimitOverrunError:
-                # debug, not warning: a peer's bad frame must not reach the run's stderr (issue 15)
-                logger.debug("control request over %d bytes; closing the connection", MAX_LINE_BYTES)
-                error = bad_request(INVALID_REQUEST, f"line longer than {MAX_LINE_BYTES} bytes")
-                await _write(connection.writer, _error_response(None, error))
-                return
-            if line.strip():
-                await self._answer(connection, line)
-            self._touch(connection, loop.time())
+    def lost(self, connection: Connection) -> None:
+        self._connections.discard(connection)
+        self._by_activity.pop(connection, None)
+        if not self._connections and self._all_lost is not None and not self._all_lost.done():
+            self._all_lost.set_result(None)
 
-    async def _answer(self, connection: _Connection, line: bytes) -> None:
-        connection.busy = True
-        try:
-            response = await self._respond(line)
-            if response is not None:
-                await _write(connection.writer, response)
-        finally:
-            connection.busy = False
+    def spawn(self, coro: Coroutine[Any, Any, None], connection: Connection) -> None:
+        assert self._loop is not None
+        self._next_task += 1
+        # Named per STYLE §7; tests also use the `host:` prefix to tell the handler's own calls
+        # from the runtime's reactions (matrix 108).
+        task = self._loop.create_task(coro, name=f"host:connection:{self._next_task}")
+        self._tasks[task] = connection
+        task.add_done_callback(self._tasks.pop)
 
-    def _peer_allowed(self, writer: asyncio.StreamWriter) -> bool:
-        if not sys.platform.startswith("linux") or not hasattr(socket, "SO_PEERCRED"):
+    def _arm_sweep(self, when: float) -> None:
+        assert self._loop is not None
+        self._sweep = self._loop.call_at(when, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """The idle timeout: close every connection silent for `idle_timeout`, oldest first, and
+        re-arm for the next one to expire. Busy ones are skipped: their answer touches them."""
+        assert self._loop is not None
+        self._sweep = None
+        expired = self._loop.time() - self._idle_timeout
+        stale: list[Connection] = []
+        next_due: float | None = None
+        for connection in self._by_activity:
+            if connection.last_active > expired:
+                next_due = connection.last_active + self._idle_timeout
+                break
+            if not connection.busy:
+                stale.append(connection)
+        for connection in stale:
+            logger.debug("control connection idle for %ss; closing it", self._idle_timeout)
+            del self._by_activity[connection]
+            connection.close()
+        if next_due is None and self._by_activity:  # only busy ones are left
+            next_due = self._loop.time() + self._idle_timeout
+        if next_due is not None and self._listener is not None:
+            self._arm_sweep(next_due)
+
+    def _peer_allowed(self, sock: socket.socket) -> bool:
+        if not self._check_peer:
             return True  # §18.1 SHOULD: the 0700 directory is the guard elsewhere
-        sock = writer.get_extra_info("socket")
-        if sock is None:
-            return False
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, _gid = struct.unpack("3i", raw)
+        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED_SIZE))
         if uid != self._peer_uid:
             logger.warning("refused control connection from pid %d, uid %d", pid, uid)
             return False
         return True
 
     # -- one request ----------------------------------------------------------------------------
-    async def _respond(self, line: bytes) -> dict[str, Any] | None:
-        """The response object for one line, or None for a notification."""
-        try:
-            # Issue 15 item 5: one bounded decoder, so deep nesting, lone surrogates, NaN, invalid
-            # UTF-8 and 5,000-digit integers all end here as a bad-request, never as a traceback.
-            request = loads_bounded(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            return _error_response(None, bad_request(PARSE_ERROR, "the line is not valid JSON"))
-        except JsonProblem as exc:
-            return _error_response(None, bad_request(PARSE_ERROR, f"the line is not valid JSON: {exc.msg}"))
-        if isinstance(request, list):
-            return _error_response(None, bad_request(INVALID_REQUEST, "batches are not supported"))
-        if not isinstance(request, dict):
-            return _error_response(None, bad_request(INVALID_REQUEST, "a request must be a JSON object"))
-        request_id = request.get("id", _NO_ID)
-        if request_id is not _NO_ID and not _is_valid_id(request_id):
-            return _error_response(None, bad_request(INVALID_REQUEST, "id must be a string, an integer or null"))
-        reply_id = None if request_id is _NO_ID else request_id
-        problem = _envelope_problem(request)
-        if problem is not None:
-            return _error_response(reply_id, bad_request(INVALID_REQUEST, problem))
-        try:
-            result = await self._methods.call(request["method"], request.get("params"))
-            body: dict[str, Any] = {"jsonrpc": JSONRPC_VERSION, "id": reply_id, "result": result}
-            json.dumps(body, allow_nan=False)  # fail here, as `internal`, not while writing
-        except RpcError as exc:
-            body = _error_response(reply_id, exc)
-        except Exception:
-            logger.exception("control method %s failed", request["method"])
-            body = _error_response(reply_id, internal())
-        return None if request_id is _NO_ID else body
+    def oversize(self) -> bytes:
+        return OVERSIZE
 
-
-@dataclass(eq=False)
-class _Connection:
-    writer: asyncio.StreamWriter
-    last_active: float  # loop time of the connect or of the last answered line
-    busy: bool = False  # between reading a request line and writing its answer
-    evicted: bool = False  # closed by the cap; its task may still be ending
-
-
-def _envelope_problem(request: dict[str, Any]) -> str | None:
-    if request.get("jsonrpc") != JSONRPC_VERSION:
-        return 'jsonrpc must be "2.0"'
-    if not isinstance(request.get("method"), str):
-        return "method must be a string"
-    extra = sorted(set(request) - _ENVELOPE_KEYS)
-    if extra:
-        return f"unknown request members {', '.join(extra)}"
-    return None
-
-
-def _is_valid_id(value: Any) -> bool:
-    return value is None or isinstance(value, str) or (type(value) is int)
-
-
-def _error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error.to_wire()}
-
-
-async def _write(writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
-    writer.write(data)
-    await writer.drain()
+    def dispatch(self, line: bytes) -> Answer:
+        return answer(self._methods, line)
 
 
 # -- socket file lifecycle --------------------------------------------------------------------------

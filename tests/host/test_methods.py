@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from dsh.loader.errors import SubagentError
 from dsh.loader.host import ControlServer, RpcError, call_sync, parse_address, route
+from dsh.loader.host import methods as methods_module
 from dsh.loader.host.methods import _translate
 
 from .conftest import SPAWN
@@ -28,9 +30,10 @@ _DUNDERS = ("__contains__", "__iter__", "__len__", "__getitem__")
 
 
 class CallLog:
-    """Counts calls into spied objects made from control-connection tasks (named `host:…`), so the
-    child's own reaction to the cancel (its driver writing turn/end) is not mistaken for a read by
-    the handler."""
+    """Counts calls into spied objects made while a control method runs: a frame of
+    `dsh/loader/host/methods.py` is on the stack. The methods that need no await run inside the
+    transport's read callback, outside any task, so the frame, not a task name, tells the handler's
+    calls from the child's own reaction to the cancel (its driver writing turn/end)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -51,12 +54,12 @@ class CallLog:
         log = self
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                task = asyncio.current_task()
-            except RuntimeError:
-                task = None  # a worker thread: not the handler
-            if task is not None and task.get_name().startswith("host:"):
-                log.calls.append(label)
+            frame = sys._getframe(1)
+            while frame is not None:
+                if frame.f_code.co_filename == methods_module.__file__:
+                    log.calls.append(label)
+                    break
+                frame = frame.f_back
             return fn(*args, **kwargs)
 
         return wrapper
@@ -87,7 +90,7 @@ async def test_interrupt_reads_no_store_catalogue_or_registry(start_run, home: P
     call_log.spy(run.tree.store, "store")
     call_log.spy(run.tree.catalogue, "catalogue")
     call_log.spy(run.tree.registry, "registry")
-    # The spy sees connection tasks: prove it with a method that does read the registry.
+    # The spy sees the handlers' calls: prove it with a method that does read the registry.
     await rpc(home, run.root.id, "run.status", {})
     assert "registry.__iter__" in call_log.calls
     # Taken before the interrupt: once its turn ends the child settles, and on a slow machine its
