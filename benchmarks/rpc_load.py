@@ -20,6 +20,7 @@ after (fd leak check), and the load average before and after.
 
     python benchmarks/rpc_load.py [--clients 100] [--idle 1000] [--seconds 10] [--workers 2]
                                   [--profile-run FILE]    # cProfile the run, stats to FILE
+                                  [--keep-connections]    # one connection per client, not per call
 
 `subagent.interrupt` targets an id with no live session under the real root: the accepted no-op of
 §10.1, so the call exercises the whole path without stopping the child (the run must keep serving).
@@ -134,9 +135,12 @@ def _frames(root: str, first_id: int) -> list[tuple[bytes, int]]:
     return out
 
 
-def drive(path: str, root: str, clients: range, start_at: float, stop_at: float, pipe: Connection | None) -> dict[str, Any]:
+def drive(path: str, root: str, clients: range, start_at: float, stop_at: float, pipe: Connection | None,
+          keep: bool = False) -> dict[str, Any]:
     """Closed-loop clients from `start_at` to `stop_at`; calls still unanswered then get
-    `REPLY_TIMEOUT` more seconds. Returns (or sends through `pipe`) latencies and counts."""
+    `REPLY_TIMEOUT` more seconds. With `keep`, a client sends its next line on the connection it
+    already has (a monitor that stays connected) instead of connecting per call as `dsh interrupt`
+    does. Returns (or sends through `pipe`) latencies and counts."""
     sel = selectors.EpollSelector()
     latencies = array("d")
     outcome: Counter[str] = Counter()
@@ -149,6 +153,14 @@ def drive(path: str, root: str, clients: range, start_at: float, stop_at: float,
         frame, c.expect = c.frames[c.n % 3]
         c.n += 1
         c.buf = b""
+        if c.sock is not None:  # `keep`: the next line on the open connection
+            c.started = time.perf_counter()
+            outcome["calls"] += 1
+            try:
+                c.sock.send(frame)
+            except OSError as exc:
+                finish(c, f"lost ({type(exc).__name__} at send)")
+            return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
         c.started = time.perf_counter()
@@ -174,10 +186,11 @@ def drive(path: str, root: str, clients: range, start_at: float, stop_at: float,
     def finish(c: _Client, lost: str | None) -> None:
         nonlocal live
         assert c.sock is not None
-        sel.unregister(c.sock)
-        c.sock.close()
-        c.sock = None
-        live -= 1
+        if not keep or lost is not None or time.monotonic() >= stop_at:
+            sel.unregister(c.sock)
+            c.sock.close()
+            c.sock = None
+            live -= 1
         if lost is not None:
             outcome[lost] += 1
             return
@@ -239,7 +252,8 @@ def drive(path: str, root: str, clients: range, start_at: float, stop_at: float,
     return report
 
 
-def run_workers(path: str, root: str, clients: int, workers: int, seconds: float) -> tuple[list[dict[str, Any]], float]:
+def run_workers(path: str, root: str, clients: int, workers: int, seconds: float,
+                keep: bool = False) -> tuple[list[dict[str, Any]], float]:
     """Fork `workers` processes sharing `clients`; returns their reports and the wall time."""
     ctx = mp.get_context("fork")
     start_at = time.monotonic() + 0.3  # every worker forked and ready before the first call
@@ -248,7 +262,7 @@ def run_workers(path: str, root: str, clients: int, workers: int, seconds: float
     for w in range(workers):
         share = range(w * clients // workers, (w + 1) * clients // workers)
         receiver, sender = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=drive, args=(path, root, share, start_at, stop_at, sender), daemon=True)
+        proc = ctx.Process(target=drive, args=(path, root, share, start_at, stop_at, sender, keep), daemon=True)
         proc.start()
         sender.close()
         procs.append((proc, receiver))
@@ -265,9 +279,10 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[min(len(sorted_values) - 1, max(0, int(len(sorted_values) * q + 0.5) - 1))] * 1000
 
 
-def load(path: str, root: str, clients: int, idle: int, seconds: float, workers: int, pid: int) -> dict[str, Any]:
+def load(path: str, root: str, clients: int, idle: int, seconds: float, workers: int, pid: int,
+         keep: bool = False) -> dict[str, Any]:
     floor_cpu = cpu_seconds(pid)
-    floor = drive(path, root, range(1), time.monotonic(), time.monotonic() + 1.0, None)
+    floor = drive(path, root, range(1), time.monotonic(), time.monotonic() + 1.0, None, keep)
     floor_cpu = cpu_seconds(pid) - floor_cpu
     floor_lat = sorted(array("d", floor["latencies"]))
     idle_socks = []
@@ -280,7 +295,7 @@ def load(path: str, root: str, clients: int, idle: int, seconds: float, workers:
     fds_idle = open_fds(pid)
     load_before = loadavg()
     server_cpu = cpu_seconds(pid)
-    reports, elapsed = run_workers(path, root, clients, workers, seconds)
+    reports, elapsed = run_workers(path, root, clients, workers, seconds, keep)
     server_cpu = cpu_seconds(pid) - server_cpu
     fds_loaded = open_fds(pid)
     closed = 0
@@ -331,6 +346,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--profile-run", default=None, help="cProfile the run; write its stats here")
+    parser.add_argument("--keep-connections", action="store_true",
+                        help="each client keeps one connection for all its calls (default: one per call)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dsh-load-", dir="/tmp"))
     proc, root = start_run(work, args.profile_run)
@@ -339,7 +356,8 @@ def main() -> None:
 
         path = str(socket_path(work / "h", root))
         fds_before = open_fds(proc.pid)
-        report = load(path, root, args.clients, args.idle, args.seconds, args.workers, proc.pid)
+        report = load(path, root, args.clients, args.idle, args.seconds, args.workers, proc.pid, args.keep_connections)
+        report["connections"] = "kept" if args.keep_connections else "one per call"
         time.sleep(0.5)  # let the server finish closing the benchmark's sockets before counting fds
         report["fds_before"] = fds_before
         report["fds_after"] = open_fds(proc.pid)
