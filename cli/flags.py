@@ -39,6 +39,7 @@ FLAG_KEYS: dict[str, str] = {
     "--max-children": "limits.maxChildren",
     "--max-requests": "limits.maxRequests",
     "--max-tokens": "limits.maxTokens",
+    "--engine": "engine",
 }
 
 _CONFIG = default("the composed configuration's value")
@@ -61,6 +62,10 @@ MaxRequestsOption = Annotated[Optional[int], typer.Option(
 MaxTokensOption = Annotated[Optional[int], typer.Option(
     "--max-tokens", metavar="N", help="Tokens per run, input + output (limits.maxTokens)." + default("2000000, or the config's limits"))]
 
+EngineOption = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="NAME", help="Who runs the tree: local (this process) or temporal (workers started "
+    "with `dsh worker`; needs the temporal extra) (engine)." + default("local, or the config's engine"))]
+
 
 def config_flags(
     *,
@@ -71,6 +76,7 @@ def config_flags(
     max_children: int | None = None,
     max_requests: int | None = None,
     max_tokens: int | None = None,
+    engine: str | None = None,
 ) -> list[Layer]:
     """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
     from dsh.loader.config import flag_layer  # config (pydantic) only once a command composes one
@@ -82,5 +88,6 @@ def config_flags(
         "--max-children": max_children,
         "--max-requests": max_requests,
         "--max-tokens": max_tokens,
+        "--engine": engine,
     }
     return [flag_layer(flag, FLAG_KEYS[flag], value) for flag, value in given.items() if value is not None]

@@ -19,6 +19,7 @@ from dsh.cli.common import fail, resolve_writable_home, say, warn
 from dsh.cli.helptext import HOME_DEFAULT, PROFILE_DEFAULT, default
 from dsh.cli.flags import (
     AppendSystemPromptOption,
+    EngineOption,
     MaxChildrenOption,
     MaxRequestsOption,
     MaxStepsOption,
@@ -60,6 +61,7 @@ def run(
     max_children: MaxChildrenOption = None,
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
+    engine: EngineOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each model request and reply to stderr (as DSH_LOG=debug); never the API key.")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No live tree on stderr (it is drawn only when stderr is a TTY; warnings and "
@@ -100,12 +102,19 @@ def run(
                  + (_flag_value_hint(task) or ""), 2)
         flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
                              parked=parked, max_children=max_children, max_requests=max_requests,
-                             max_tokens=max_tokens)
+                             max_tokens=max_tokens, engine=engine)
         # The command line outranks every config layer (issue 15 finding 9, issue 16).
         composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags)
     except DshError as exc:
         fail(exc.message, 2)
     config = composed.config
+    if config.engine == "temporal":
+        import importlib.util
+
+        if importlib.util.find_spec("temporalio") is None:
+            from dsh.loader.texts import render
+
+            fail(render("T-ENGINE-NOT-INSTALLED"), 2)
     run_home = resolve_writable_home(home)
     if resume == "last":
         resume = _newest_root(run_home)
@@ -156,6 +165,12 @@ def run(
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
             profile=_profile_label(composed.profile_path),
         )
+        if config.engine == "temporal":
+            # Only here: the local engine never imports temporalio (tests/temporal/test_seam.py).
+            from dsh.loader.engines.client import run_tree_temporal
+
+            request.serve_control = False  # dsh interrupt/send reach Temporal runs through its client (next slice)
+            return await run_tree_temporal(request, config.temporal)
         return await run_tree(request)
 
     from dsh.cli.fastpath import started

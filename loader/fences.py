@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dsh.loader.tree import Tree
     from dsh.loader.models import ReplayProvider
 
-__all__ = ["FenceTimeout", "Fences"]
+__all__ = ["FenceTimeout", "Fences", "unused_fences"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,13 +207,18 @@ class Fences:
         self.release()
         for off in self._offs:
             off()
-        for i, fence in enumerate(self.specs):
-            if not self.engaged[i]:
-                self.violations.append(
-                    {"code": "FENCE_UNUSED", "agent": fence.spec.agent,
-                     "message": f"fence {i + 1} ({fence.kind} on {fence.spec.agent}) never engaged"}
-                )
+        self.violations.extend(unused_fences(self.specs, self.engaged))
         return self.violations
+
+
+def unused_fences(specs: list[Fence], engaged: list[bool]) -> list[dict[str, Any]]:
+    """FENCE_UNUSED for each fence not engaged; `engaged` may be shorter (never installed)."""
+    return [
+        {"code": "FENCE_UNUSED", "agent": fence.spec.agent,
+         "message": f"fence {i + 1} ({fence.kind} on {fence.spec.agent}) never engaged"}
+        for i, fence in enumerate(specs)
+        if not (i < len(engaged) and engaged[i])
+    ]
 
 
 def _matches(turn: int | None, step: int | None, ctx: PreStep) -> bool:

@@ -18,6 +18,7 @@ from dsh.loader.config.schema import (
     RetryConfig,
     RunConfig,
     SubagentsConfig,
+    TemporalConfig,
     TestingConfig,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "RetryConfig",
     "RunConfig",
     "SubagentsConfig",
+    "TemporalConfig",
     "TestingConfig",
     "compose",
     "deep_merge",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -45,6 +45,7 @@ from dsh.loader.config.schema import (
     PersistenceConfig,
     RunConfig,
     SubagentsConfig,
+    TemporalConfig,
     TestingConfig,
 )
 from dsh.loader.texts import render
@@ -76,6 +77,8 @@ class DshEnvironment(BaseSettings):
     run: RunConfig = RunConfig()
     limits: LimitsConfig = LimitsConfig()
     testing: TestingConfig = TestingConfig()
+    engine: Literal["local", "temporal"] = "local"  # DSH_ENGINE
+    temporal: TemporalConfig = TemporalConfig()
 
 
 SECTIONS = frozenset(Config.model_fields)
