@@ -47,7 +47,8 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
         raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
     return RunSpec(
         home=str(Path(request.home).resolve()), root_id=root_id, transcript=str(script.path),
-        fences_allowed=request.fences_allowed, fence_timeout=config.testing.fence_timeout_seconds,
+        fences_allowed=request.fences_allowed, fences=request.fences_allowed and bool(script.spec.fences),
+        fence_timeout=config.testing.fence_timeout_seconds,
         model="replay", system_prompt=system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
         max_steps_per_turn=config.agent.max_steps_per_turn, max_tokens=config.model.max_tokens,

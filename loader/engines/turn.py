@@ -18,18 +18,18 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message, user_message
 from dsh.loader.engines.wire import Delivery, RunSpec, StartChild, TreeInput, TurnInput, TurnResult
 from dsh.loader.errors import ConfigError
-from dsh.loader.fences import Fences
+from dsh.loader.fences import Fact, Fences
 from dsh.loader.ids import new_child_id
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
 from dsh.loader.session import Session, make_header
-from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
+from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, report_message, settlement_message
 from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.texts import render
@@ -46,7 +46,11 @@ class WorkflowLink(Protocol):
 
     async def poll(self, after: int) -> list[Delivery]: ...
     async def start_child(self, request: StartChild) -> None: ...
+    async def report(self, delivery: Delivery) -> None: ...
     def heartbeat(self) -> None: ...
+    # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
+    async def publish_facts(self, facts: list[list[Any]]) -> None: ...
+    async def facts_after(self, after: int) -> list[list[Any]]: ...
 
 
 class _Heartbeating:
@@ -86,6 +90,54 @@ class _WorkflowDelegation:
             StartChild(child_id=child_id, descriptor=descriptor, prompt=_plain(message), depth=depth)
         )
         return child_id, str(message["id"])
+
+    async def report(self, child: Agent, content: str, signal: AbortSignal) -> str:
+        """`report_from` on Temporal: the same message, relayed by this child's workflow to its
+        parent's; `reportDelivery` picks steer (wakeup) or inject (quiet) as it does locally."""
+        signal.throw_if_aborted()
+        message = report_message(child.id, content)
+        send: Literal["steer", "inject"] = "inject" if self.config.report_delivery == "quiet" else "steer"
+        await self.link.report(Delivery(_plain(message), send=send))
+        return str(message["id"])
+
+
+class _Board:
+    """This turn's half of the root's fence board: facts recorded here are published (signals,
+    each tracked until sent), the tree's facts are merged into the local fences as they arrive."""
+
+    def __init__(self, fences: Fences, link: WorkflowLink) -> None:
+        self.fences = fences
+        self.link = link
+        self.sending: set[asyncio.Task[None]] = set()
+        fences.on_fact = self._publish
+
+    def _publish(self, fact: Fact) -> None:
+        task = asyncio.ensure_future(self.link.publish_facts([list(fact)]))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def mirror(self) -> None:
+        seen = 0
+        while True:
+            facts = await self.link.facts_after(seen)
+            seen += len(facts)
+            self.fences.merge(tuple(f) for f in facts)
+
+    async def flush(self) -> None:
+        """Every fact of this turn is on the board before the turn returns."""
+        for result in await asyncio.gather(*list(self.sending), return_exceptions=True):
+            if isinstance(result, BaseException):
+                logger.warning("publishing a fence fact failed: %r", result)
+
+
+async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
+    """Cancel a long-poll the turn no longer needs. The SDK turns a cancelled update call into its
+    own error type, so whatever the poll raises now is the cancel, unless it had failed before."""
+    failed = task.done() and not task.cancelled() and task.exception() is not None
+    task.cancel()
+    outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+    if failed:
+        logger.warning("a long-poll of %s failed: %r", agent_id, outcome)
 
 
 def _provider(run: RunSpec) -> ReplayProvider:
@@ -131,8 +183,10 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
             return  # a retried turn: this one is in the log already
         # A notice is steered into a running agent and wakes an idle one (notice.deliver_live).
         message = cast(Message, d.message)  # one this runtime made: user_message / settlement_message
-        if d.send == "notice" and agent.status != "idle":
+        if d.send == "steer" or (d.send == "notice" and agent.status != "idle"):
             agent.steer(message)
+        elif d.send == "inject":
+            agent.inject(message)
         else:
             agent.followup(message)
 
@@ -141,27 +195,27 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
             for d in await link.poll(spec.offset + taken):
                 deliver(d)
 
-    poller: asyncio.Task[None] | None = None
+    board = _Board(fences, link) if fences is not None and run.fences else None
+    pollers: list[asyncio.Task[None]] = []
     try:
+        if board is not None:
+            pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
         for d in spec.deliveries:
             deliver(d)
-        poller = asyncio.create_task(poll(), name=f"poll:{agent.id}")
+        pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()
     finally:
         try:
-            if poller is not None:
-                failed = poller.done() and not poller.cancelled() and poller.exception() is not None
-                poller.cancel()
-                # The SDK turns a cancelled update call into its own error type: whatever the
-                # abandoned poll raises now is the cancel, unless it had failed before.
-                outcome = (await asyncio.gather(poller, return_exceptions=True))[0]
-                if failed:
-                    logger.warning("the delivery poll of %s failed: %r", agent.id, outcome)
+            for poller in pollers:
+                await _abandon(poller, agent.id)
+            if board is not None:
+                await board.flush()
             if fences is not None:
                 fences.release()
         finally:
             await agent.dispose()
     result = _result(agent.session, who, taken)
+    result.agent_key = provider.agent_key_of(agent.id)
     result.violations = [dict(v) for v in provider.violations]
     if fences is not None:
         result.violations += fences.violations

@@ -43,6 +43,7 @@ class RunSpec:
     root_id: str
     transcript: str | None = None  # a transcript's path: the replay provider runs in the activity
     fences_allowed: bool = False
+    fences: bool = False  # the transcript has fences and they may run: the root keeps a fact board
     fence_timeout: float = 10.0
     model: str = "replay"
     system_prompt: str = ""
@@ -59,11 +60,16 @@ class RunSpec:
 
 @dataclass
 class Delivery:
-    """One accepted message for an agent. `send`: how it enters the agent's inbox — `followup`
-    always, or `notice` (followup when the agent is idle, steer when it runs: SPEC §9.4)."""
+    """One accepted message for an agent. `send`: how it enters the agent's inbox — `followup`,
+    `steer` or `inject` (SPEC §6.2), or `notice` (followup when the agent is idle, steer when it
+    runs: §9.4). Only `inject` does not wake an idle agent."""
 
     message: dict[str, Any]
-    send: Literal["followup", "notice"] = "followup"
+    send: Literal["followup", "steer", "inject", "notice"] = "followup"
+
+    @property
+    def waking(self) -> bool:
+        return self.send != "inject"
 
 
 @dataclass
@@ -116,6 +122,7 @@ class TurnResult:
     error: dict[str, Any] | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
     fences_engaged: list[bool] = field(default_factory=list)
+    agent_key: str | None = None  # the transcript script this session is bound to
 
 
 @dataclass
@@ -129,3 +136,5 @@ class TreeResult:
     error: dict[str, Any] | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
     fences_engaged: list[bool] = field(default_factory=list)
+    agent_key: str | None = None
+    epoch: int | None = None

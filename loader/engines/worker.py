@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
@@ -22,8 +23,10 @@ __all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect:
 
 
 class _Link:
-    def __init__(self, handle: WorkflowHandle[AgentWorkflow, TreeResult], seq: int) -> None:
+    def __init__(self, handle: WorkflowHandle[AgentWorkflow, TreeResult], root: WorkflowHandle[AgentWorkflow, TreeResult],
+                 seq: int) -> None:
         self.handle = handle
+        self.root = root
         self.seq = seq
 
     async def poll(self, after: int) -> list[Delivery]:
@@ -32,8 +35,17 @@ class _Link:
     async def start_child(self, request: StartChild) -> None:
         await self.handle.execute_update(AgentWorkflow.start_child, request)
 
+    async def report(self, delivery: Delivery) -> None:
+        await self.handle.execute_update(AgentWorkflow.report, delivery)
+
     def heartbeat(self) -> None:
         activity.heartbeat()
+
+    async def publish_facts(self, facts: list[list[Any]]) -> None:
+        await self.root.signal(AgentWorkflow.fence_facts, facts)
+
+    async def facts_after(self, after: int) -> list[list[Any]]:
+        return await self.root.execute_update(AgentWorkflow.fence_facts_after, after)
 
 
 class TurnActivities:
@@ -47,7 +59,8 @@ class TurnActivities:
         workflow_id = activity.info().workflow_id
         assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
         handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
-        return await run_turn(spec, _Link(handle, spec.seq))
+        root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
+        return await run_turn(spec, _Link(handle, root, spec.seq))
 
 
 def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100) -> Worker:

@@ -54,6 +54,12 @@ class AgentWorkflow:
         self._input: TreeInput | None = None
         self._violations: list[dict[str, Any]] = []
         self._engaged: list[bool] = []
+        self._key: str | None = None
+        # The fence board (root only, transcripts with fences): every fence fact of the tree, each
+        # once, in arrival order; turns mirror it through `fence_facts_after` (README "Fences").
+        self._facts: list[list[Any]] = []
+        self._seen_facts: set[tuple[Any, ...]] = set()
+        self._closing = False
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
@@ -62,8 +68,9 @@ class AgentWorkflow:
         last: TurnResult | None = None
         while True:
             # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident.
-            await workflow.wait_condition(lambda: self._pending() or not self._resident)
-            if not self._pending():
+            # An injected delivery alone wakes no one (SPEC §6.2): it waits for a waking one.
+            await workflow.wait_condition(lambda: self._waking() or not self._resident)
+            if not self._waking():
                 break
             offset = self._handed
             self._turn_seq = self._ended
@@ -79,6 +86,8 @@ class AgentWorkflow:
             self._handed = offset + last.taken
             self._violations.extend(last.violations)
             self._engage(last.fences_engaged)
+            self._key = last.agent_key or self._key
+        self._closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
         if last is None:
             return TreeResult(session_id=input.session_id, stop_reason="completed")
@@ -90,10 +99,12 @@ class AgentWorkflow:
             error=last.error,
             violations=list(self._violations),
             fences_engaged=list(self._engaged),
+            agent_key=self._key,
+            epoch=input.epoch,
         )
 
-    def _pending(self) -> bool:
-        return len(self._deliveries) > self._handed
+    def _waking(self) -> bool:
+        return any(d.waking for d in self._deliveries[self._handed:])
 
     def _engage(self, engaged: list[bool]) -> None:
         if len(self._engaged) < len(engaged):
@@ -108,6 +119,36 @@ class AgentWorkflow:
         if self._ended > poll.seq:
             return []
         return self._deliveries[poll.after:]
+
+    @workflow.signal
+    def deliver(self, delivery: Delivery) -> None:
+        """A message for this agent from another workflow of the tree (a child's report)."""
+        self._deliveries.append(delivery)
+
+    @workflow.update
+    async def report(self, delivery: Delivery) -> None:
+        """`report` in this child's running turn: relay it to the direct parent's workflow. The
+        signal is in the parent's history before this child can settle, so the report precedes
+        the notice there (SPEC §11.3)."""
+        assert self._input is not None and self._input.parent_id is not None
+        run = self._input.run
+        parent = self._input.parent_id
+        target = run.root_id if parent == run.root_id else child_workflow_id(run.root_id, parent)
+        await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
+
+    @workflow.signal
+    def fence_facts(self, facts: list[list[Any]]) -> None:
+        """A turn anywhere in the tree recorded these fence facts (root workflow only)."""
+        for fact in facts:
+            if tuple(fact) not in self._seen_facts:
+                self._seen_facts.add(tuple(fact))
+                self._facts.append(fact)
+
+    @workflow.update
+    async def fence_facts_after(self, after: int) -> list[list[Any]]:
+        """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes."""
+        await workflow.wait_condition(lambda: len(self._facts) > after or self._closing)
+        return self._facts[after:]
 
     @workflow.update
     async def start_child(self, request: StartChild) -> None:
@@ -134,4 +175,14 @@ class AgentWorkflow:
         self._engage(result.fences_engaged)
         if result.notice is not None:
             self._deliveries.append(Delivery(result.notice, send="notice"))
+        assert self._input is not None
+        run = self._input.run
+        if run.fences and result.agent_key is not None:
+            # The fence fact `settled` (after the notice, as the local settlement edge): recorded
+            # before this child stops being resident, so the tree cannot close without it.
+            fact: list[Any] = ["settled", result.agent_key, result.epoch or 0]
+            if self._input.parent_id is None:
+                self.fence_facts([fact])
+            else:
+                await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
         del self._resident[child_id]

@@ -41,5 +41,5 @@ def tools_for(
         InterruptAgentTool(manager),
     ]
     if mode == "continuable":
-        tools.append(ReportTool(manager))
+        tools.append(ReportTool(manager, delegation))
     return tools

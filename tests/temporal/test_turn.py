@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import temporal_kit  # noqa: F401  (skips without the temporal extra, fails under CI)
 
@@ -37,8 +38,17 @@ class RecordingLink:
     async def start_child(self, request: StartChild) -> None:
         self.children.append(request)
 
+    async def report(self, delivery: Delivery) -> None:
+        raise AssertionError("the root does not report")
+
     def heartbeat(self) -> None:
         self.beats += 1
+
+    async def publish_facts(self, facts: list[list[Any]]) -> None:
+        raise AssertionError("no fences here")
+
+    async def facts_after(self, after: int) -> list[list[Any]]:
+        raise AssertionError("no fences here")
 
 
 def root_turn(home: Path, transcript: str, task: str) -> TurnInput:
