@@ -22,9 +22,9 @@ from typing import Any, Literal, Protocol, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
-from dsh.loader.agent import Message, user_message
+from dsh.loader.agent import Message, Tool, ToolExec, ToolOutput, user_message
 from dsh.loader.engines.wire import Delivery, RunSpec, StartChild, TreeInput, TurnInput, TurnResult
-from dsh.loader.errors import ConfigError
+from dsh.loader.errors import ConfigError, SubagentError
 from dsh.loader.fences import Fact, Fences
 from dsh.loader.ids import new_child_id
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
@@ -140,6 +140,28 @@ async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
         logger.warning("a long-poll of %s failed: %r", agent_id, outcome)
 
 
+# Tools whose Temporal half is a later slice (README "Not yet"): same name, description and schema
+# for the model, so its requests are the local engine's, but a typed error instead of reaching
+# the turn's in-process manager, which holds no other agent of the tree.
+NOT_YET = frozenset({"send_message", "interrupt_agent", "list_agents"})
+
+
+class _NotYet:
+    def __init__(self, tool: Tool) -> None:
+        self.name = tool.name
+        self.description = tool.description
+        self.parameters = tool.parameters
+        self.concurrency_safe = tool.concurrency_safe
+        self.system_section = tool.system_section
+
+    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
+        raise SubagentError("ENGINE_UNSUPPORTED", render("T-ENGINE-UNSUPPORTED", what=f"the {self.name} tool"))
+
+
+def _not_yet(agent: Agent) -> None:
+    agent.tools = [_NotYet(t) if t.name in NOT_YET else t for t in agent.tools]
+
+
 def _provider(run: RunSpec) -> ReplayProvider:
     if run.transcript is None:
         raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
@@ -172,6 +194,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=run.fence_timeout)
         fences.install()
     tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
+    tree.agent_hooks.append(_not_yet)
     agent = await _open_agent(tree, provider, who)
     taken = 0
 

@@ -19,7 +19,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_committed_for_the_root_and_child_runs() -> None:
     names = {p.name for p in HISTORIES}
-    assert {"hello.0.json", "background-settlement.0.json", "background-settlement.1.json"} <= names
+    assert {"hello.0.json", "background-settlement.0.json", "background-settlement.1.json",
+            "report-then-settle.0.json", "report-then-settle.1.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -89,3 +89,15 @@ async def _dsh(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Co
     return await asyncio.to_thread(
         subprocess.run, [*DSH, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
     )
+
+
+async def test_an_unreachable_server_is_a_configuration_error_naming_the_address() -> None:
+    import pytest
+
+    from dsh.loader.engines.client import connect
+    from dsh.loader.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        await connect("127.0.0.1:1", "default")
+    assert caught.value.code == "CONFIG_INVALID"
+    assert caught.value.message.startswith("no Temporal server at 127.0.0.1:1 (namespace default): ")

@@ -93,3 +93,19 @@ async def test_subagent_asks_the_workflow_for_the_child_the_manager_would_make(t
     [tool_result] = [e for e in events if e["type"] == "tool/result"]
     assert render("T-SPAWN-BG", id=child.child_id) in str(tool_result["data"])
     assert result.output == "STARTED"
+
+
+async def test_tools_of_later_slices_answer_a_typed_error_without_touching_the_local_manager(tmp_path: Path) -> None:
+    script = tmp_path / "send.yaml"
+    script.write_text(
+        "version: 1\nname: send\ntask: Message someone.\nagents:\n  root:\n    replies:\n"
+        "      - toolCalls:\n          - {id: c1, name: send_message, arguments: {agent_id: session-x, message: hi}}\n"
+        "      - text: done\n"
+    )
+    spec = root_turn(tmp_path, str(script), "Message someone.")
+    result = await run_turn(spec, RecordingLink())
+    assert (result.output, result.violations) == ("done", [])
+    events = SessionStore(tmp_path).read(spec.agent.session_id).events
+    [tool_result] = [e for e in events if e["type"] == "tool/result"]
+    assert render("T-ENGINE-UNSUPPORTED", what="the send_message tool") in str(tool_result["data"])
+    assert "ENGINE_UNSUPPORTED" in str(tool_result["data"])
