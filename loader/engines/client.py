@@ -60,8 +60,9 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
 
 async def submit(client: Client, request: RunRequest, task_queue: str) -> TreeResult:
     """Start the root workflow (id = root session id) with the task and wait for its result."""
-    if request.resume is not None:
-        raise ConfigError(render("T-ENGINE-UNSUPPORTED", what="--resume"), code="USAGE")
+    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
+        if given is not None:  # refused, not ignored: each is a later slice
+            raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
     script = request.transcript
     task = request.task if request.task is not None else (script.task if script is not None else None)
     if task is None:

@@ -249,8 +249,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
 async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> Agent:
     """The session as the local engine would have made it (Tree.create_root, ChildAgents.create)."""
     store = tree.store
-    created = not store.exists(who.session_id)
-    if created:
+    if not store.exists(who.session_id):
         header = make_header(who.session_id, parent_session=who.parent_id,
                              origin="subagent" if who.parent_id else None,
                              delegation_depth=who.depth, cwd=who.cwd)
@@ -259,7 +258,8 @@ async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> A
         session = await store.load(who.session_id)
     provider.resume_session(who.session_id, who.descriptor, session.events)
     agent = tree.make_agent(session, "root" if who.parent_id is None else "continuable")
-    if created and who.descriptor is not None:
+    # Descriptor first (§8.2); also when a worker died between creating the log and this append.
+    if who.descriptor is not None and not any(e["type"] == "subagent/descriptor" for e in session.events):
         session.append("subagent/descriptor", who.descriptor)
     latest = latest_epoch(session.events)
     if who.epoch is not None and (latest is None or latest.epoch < who.epoch):

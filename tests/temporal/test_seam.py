@@ -101,3 +101,20 @@ async def test_an_unreachable_server_is_a_configuration_error_naming_the_address
         await connect("127.0.0.1:1", "default")
     assert caught.value.code == "CONFIG_INVALID"
     assert caught.value.message.startswith("no Temporal server at 127.0.0.1:1 (namespace default): ")
+
+
+async def test_run_flags_of_later_slices_are_refused_not_ignored(tmp_path: Path) -> None:
+    import pytest
+
+    from dsh.loader.engines.client import submit
+    from dsh.loader.errors import ConfigError
+    from dsh.loader.headless import RunRequest
+    from dsh.loader.transcripts import load_transcript
+
+    for extra, flag in (({"timeout": 5.0}, "--timeout"), ({"resume": "last"}, "--resume"),
+                        ({"record": tmp_path / "r.yaml"}, "--record")):
+        request = RunRequest(home=tmp_path, transcript=load_transcript("hello"), **extra)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError) as caught:
+            await submit(None, request, "q")  # type: ignore[arg-type]  # refused before any call
+        assert (caught.value.code, caught.value.message) == (
+            "USAGE", f"the Temporal engine does not support {flag} yet")

@@ -109,3 +109,27 @@ async def test_tools_of_later_slices_answer_a_typed_error_without_touching_the_l
     [tool_result] = [e for e in events if e["type"] == "tool/result"]
     assert render("T-ENGINE-UNSUPPORTED", what="the send_message tool") in str(tool_result["data"])
     assert "ENGINE_UNSUPPORTED" in str(tool_result["data"])
+
+
+async def test_a_child_turn_returns_its_epochs_notice_and_writes_the_descriptor_once(tmp_path: Path) -> None:
+    from dsh.loader.session import make_header
+    from dsh.loader.subagents import notice_id, settlement_message
+
+    root = root_turn(tmp_path, "background-settlement", "unused")
+    child_id = "session-00000000-0000-4000-8000-000000000002"
+    descriptor = {"version": 1, "mode": "continuable", "provider": "spawn", "label": "answer child",
+                  "model": "replay", "spawnCallId": "start-child"}
+    who = TreeInput(run=root.agent.run, session_id=child_id, parent_id=root.agent.session_id, depth=1,
+                    descriptor=descriptor, epoch=1)
+    store = SessionStore(tmp_path)  # a worker died right after creating the child's log
+    await store.close(await store.create(make_header(child_id, parent_session=who.parent_id, origin="subagent",
+                                                     delegation_depth=1)))
+    prompt = Delivery(dict(user_message("Reply with CHILD_RESULT.", {"kind": "user"})))
+    result = await run_turn(TurnInput(agent=who, deliveries=[prompt], offset=0), RecordingLink())
+    events = SessionStore(tmp_path).read(child_id).events
+    assert [e["type"] for e in events][:2] == ["subagent/descriptor", "subagent/epoch"]
+    assert sum(e["type"] == "subagent/descriptor" for e in events) == 1
+    assert (result.stop_reason, result.agent_key, result.violations) == ("completed", "child", [])
+    expected = settlement_message(child_id, "completed", [{"type": "text", "text": "CHILD_RESULT"}], epoch=1)
+    assert result.notice is not None and result.notice["id"] == notice_id(child_id, 1)
+    assert (result.notice["content"], result.notice["source"]) == (expected["content"], expected["source"])
