@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from dsh.cli import config_cmd, control, fastpath, flow, run, sessions
+from dsh.cli import config_cmd, control, fastpath, flow, run, sessions, worker
 from dsh.cli.helptext import EPILOGS, HOME_DEFAULT, default
 
 
@@ -124,5 +124,6 @@ def send(
 
 
 app.command("flow", epilog=EPILOGS["flow"])(flow.flow)
+app.command("worker", epilog=EPILOGS["worker"])(worker.worker)
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(config_cmd.app, name="config")

@@ -22,6 +22,7 @@ FLAG_KEYS: dict[str, str] = {
     "--max-children": "limits.maxChildren",
     "--max-requests": "limits.maxRequests",
     "--max-tokens": "limits.maxTokens",
+    "--engine": "engine",
 }
 
 
@@ -34,6 +35,7 @@ def config_flags(
     max_children: int | None = None,
     max_requests: int | None = None,
     max_tokens: int | None = None,
+    engine: str | None = None,
 ) -> list[Layer]:
     """One `flag_layer` per flag given, for `compose(flags=…)`, in a fixed order."""
     from dsh.loader.config import flag_layer  # config (pydantic) only once a command composes one
@@ -45,5 +47,6 @@ def config_flags(
         "--max-children": max_children,
         "--max-requests": max_requests,
         "--max-tokens": max_tokens,
+        "--engine": engine,
     }
     return [flag_layer(flag, FLAG_KEYS[flag], value) for flag, value in given.items() if value is not None]

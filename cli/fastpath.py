@@ -188,6 +188,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--max-children": ("max_children", "int"),
     "--max-requests": ("max_requests", "int"),
     "--max-tokens": ("max_tokens", "int"),
+    "--engine": ("engine", "str"),
 }
 RUN_FLAGS: dict[str, str] = {
     "--json": "json_output", "--force": "force", "--verbose": "verbose", "-v": "verbose",

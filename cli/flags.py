@@ -20,6 +20,7 @@ from dsh.cli.helptext import default
 __all__ = [
     "FLAG_KEYS",
     "AppendSystemPromptOption",
+    "EngineOption",
     "MaxChildrenOption",
     "MaxRequestsOption",
     "MaxStepsOption",
@@ -48,4 +49,8 @@ MaxRequestsOption = Annotated[Optional[int], typer.Option(
     "--max-requests", metavar="N", help="Model requests per run (limits.maxRequests)." + default("2000, or the config's limits"))]
 MaxTokensOption = Annotated[Optional[int], typer.Option(
     "--max-tokens", metavar="N", help="Tokens per run, input + output (limits.maxTokens)." + default("2000000, or the config's limits"))]
+
+EngineOption = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="NAME", help="Who runs the tree: local (this process) or temporal (workers started "
+    "with `dsh worker`; needs the temporal extra) (engine)." + default("local, or the config's engine"))]
 

@@ -70,6 +70,11 @@ EPILOGS: dict[str, str] = {
         "dsh flow background-settlement --repeat 5",
         "dsh flow hello --check tests/__snapshots__",
     ),
+    "worker": examples(
+        "temporal server start-dev --headless   # the `temporal` extra ships this binary",
+        "dsh worker",
+        "dsh run --engine temporal --transcript hello",
+    ),
     "sessions list": examples("dsh sessions list", "dsh sessions list --json | jq -r .id"),
     "sessions show": examples("dsh sessions show SESSION_ID", "dsh sessions show SESSION_ID --json"),
     "sessions tree": examples("dsh sessions tree SESSION_ID"),

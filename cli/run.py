@@ -15,6 +15,7 @@ import typer
 
 from dsh.cli.flags import (
     AppendSystemPromptOption,
+    EngineOption,
     MaxChildrenOption,
     MaxRequestsOption,
     MaxStepsOption,
@@ -57,6 +58,7 @@ def run(
     max_children: MaxChildrenOption = None,
     max_requests: MaxRequestsOption = None,
     max_tokens: MaxTokensOption = None,
+    engine: EngineOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log each model request and reply to stderr (as DSH_LOG=debug); never the API key.")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No live tree on stderr (it is drawn only when stderr is a TTY; warnings and "
@@ -67,5 +69,6 @@ def run(
         task, profile=profile, overlay=overlay, transcript=transcript, json_output=json_output, home=home,
         timeout=timeout, record=record, force=force, resume=resume, output_last_message=output_last_message,
         model=model, append_system_prompt=append_system_prompt, max_steps=max_steps, parked=parked,
-        max_children=max_children, max_requests=max_requests, max_tokens=max_tokens, verbose=verbose, quiet=quiet,
+        max_children=max_children, max_requests=max_requests, max_tokens=max_tokens, engine=engine, verbose=verbose,
+        quiet=quiet,
     ))

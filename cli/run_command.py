@@ -41,6 +41,7 @@ def run_command(
     max_children: int | None = None,
     max_requests: int | None = None,
     max_tokens: int | None = None,
+    engine: str | None = None,
     verbose: bool = False,
     quiet: bool = False,
 ) -> int:
@@ -80,12 +81,19 @@ def run_command(
                  + (_flag_value_hint(task) or ""), 2)
         flags = config_flags(model=model, append_system_prompt=append_system_prompt, max_steps=max_steps,
                              parked=parked, max_children=max_children, max_requests=max_requests,
-                             max_tokens=max_tokens)
+                             max_tokens=max_tokens, engine=engine)
         # The command line outranks every config layer (issue 15 finding 9, issue 16).
         composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags)
     except DshError as exc:
         fail(exc.message, 2)
     config = composed.config
+    if config.engine == "temporal":
+        import importlib.util
+
+        if importlib.util.find_spec("temporalio") is None:
+            from dsh.loader.texts import render
+
+            fail(render("T-ENGINE-NOT-INSTALLED"), 2)
     run_home = resolve_writable_home(home)
     if resume == "last":
         resume = _newest_root(run_home)
@@ -136,6 +144,12 @@ def run_command(
             serve_control=True, sinks=sinks, record=record, overlays=list(overlay or []),
             profile=_profile_label(composed.profile_path),
         )
+        if config.engine == "temporal":
+            # Only here: the local engine never imports temporalio (tests/temporal/test_seam.py).
+            from dsh.loader.engines.client import run_tree_temporal
+
+            request.serve_control = False  # dsh interrupt/send reach Temporal runs through its client (next slice)
+            return await run_tree_temporal(request, config.temporal)
         return await run_tree(request)
 
     from dsh.cli.fastpath import started

@@ -74,6 +74,7 @@ SubagentCode = Literal[
     "UNAUTHORIZED", "NOT_RESUMABLE", "DRAINING", "ACTIVATION_CLOSING", "PARENT_UNAVAILABLE",
     "DEPTH_EXCEEDED", "DUPLICATE_CHILD", "ACTIVATION_TEARDOWN_FAILED", "SUBAGENT_INCOMPLETE",
     "BUDGET_EXHAUSTED",  # children per run exhausted (issue 15 finding 9)
+    "ENGINE_UNSUPPORTED",  # a tool the Temporal engine does not run yet (issue 12, first slice)
 ]
 TranscriptCode = Literal["TRANSCRIPT_INVALID"]
 ConfigCode = Literal["CONFIG_INVALID", "USAGE", "FENCES_REFUSED", "MISSING_API_KEY", "RESUME_NOT_ROOT",

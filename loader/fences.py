@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from dsh.loader.agent import Agent, Idle, PreStep
@@ -20,9 +20,13 @@ if TYPE_CHECKING:
     from dsh.loader.tree import Tree
     from dsh.loader.models import ReplayProvider
 
-__all__ = ["FenceTimeout", "Fences"]
+__all__ = ["Fact", "FenceTimeout", "Fences", "unused_fences"]
 
 logger = logging.getLogger(__name__)
+
+# (kind, agent key, detail...): ("inserted", key, source kind, message id), ("turnEnded", key, turn),
+# ("step", key, turn, step), ("settled", key, epoch), ("parked", key), ("hangReached", key).
+Fact = tuple[Any, ...]
 
 FENCE_ORDER = 50  # pre-step waterfall: after the checkpoint (0), before test hooks (100)
 
@@ -40,11 +44,12 @@ class Fences:
         self.timeout = timeout
         self.engaged = [False] * len(specs)
         self.violations: list[dict[str, Any]] = []
-        self._inserted: Counter[tuple[str, str | None]] = Counter()
-        self._turns_ended: set[tuple[str, int]] = set()
-        self._parked: set[str] = set()
-        self._steps: set[tuple[str, int, int]] = set()
-        self._settled: Counter[str] = Counter()
+        # Every fact, keyed by transcript agent key (what conditions name), each one unique, so a
+        # fact learnt twice (an engine that mirrors facts between processes: `merge`) counts once.
+        self._facts: set[Fact] = set()
+        # Called with each fact first recorded here (not merged ones): the Temporal engine
+        # publishes them to the tree's other turns (loader/engines/README.md).
+        self.on_fact: Callable[[Fact], None] | None = None
         self._waiters: list[tuple[Condition, asyncio.Future[str]]] = []
         self._released = False
         self._offs: list[Any] = []
@@ -57,7 +62,7 @@ class Fences:
             events.on("agent/inbox/inserted", self._on_inserted),
             events.on("agent/converged", self._on_converged),
             self.tree.manager.events.on("subagent/end", self._on_settled),
-            self.replay.add_hang_listener(lambda _key: self._changed()),
+            self.replay.add_hang_listener(self._on_hang),
         ]
 
     def _on_agent(self, agent: Agent) -> None:
@@ -69,54 +74,71 @@ class Fences:
         return self.replay.agent_key_of(agent.id)
 
     # -- facts (monotone) -----------------------------------------------------------------
-    def _on_inserted(self, payload: dict[str, Any]) -> None:
-        sid = payload["agent"].id
-        kind = payload["message"].get("source", {}).get("kind")
-        self._inserted[(sid, None)] += 1
-        self._inserted[(sid, kind)] += 1
+    def _record(self, session_id: str, kind: str, *detail: str | int | None) -> None:
+        key = self.replay.agent_key_of(session_id)
+        if key is None:
+            return  # an unbound session: no condition can name it
+        fact: Fact = (kind, key, *detail)
+        if fact in self._facts:
+            return
+        self._facts.add(fact)
+        if self.on_fact is not None:
+            self.on_fact(fact)
         self._changed()
+
+    def merge(self, facts: Iterable[Fact]) -> None:
+        """Facts recorded elsewhere in the tree (another process's turns)."""
+        new = [f for f in facts if f not in self._facts]
+        if new:
+            self._facts.update(new)
+            self._changed()
+
+    def _on_inserted(self, payload: dict[str, Any]) -> None:
+        message = payload["message"]
+        kind = message.get("source", {}).get("kind")
+        self._record(payload["agent"].id, "inserted", str(kind) if kind is not None else None, str(message["id"]))
 
     def _on_event(self, agent: Agent, event: dict[str, Any]) -> None:
         if event["type"] == "turn/end":
-            self._turns_ended.add((agent.id, int(event["data"]["turn"])))
-            self._changed()
+            self._record(agent.id, "turnEnded", int(event["data"]["turn"]))
 
     def _on_converged(self, payload: dict[str, Any]) -> None:
         agent: Agent = payload["agent"]
         a = self.tree.manager.activations.get(agent.id)
         if a is not None and isinstance(agent.phase, Idle) and a.accepted:
-            self._parked.add(agent.id)
-            self._changed()
+            self._record(agent.id, "parked")
 
     def _on_settled(self, edge: dict[str, Any]) -> None:
-        self._settled[edge["sessionId"]] += 1
-        self._changed()
+        self._record(edge["sessionId"], "settled", int(edge.get("epoch") or 0))
+
+    def _on_hang(self, key: str) -> None:
+        session_id = self.replay.session_of(key)
+        if session_id is not None:
+            self._record(session_id, "hangReached")
+
+    def _count(self, kind: str, key: str, *detail: str | int | None) -> int:
+        n = len(detail)
+        return sum(1 for f in self._facts if f[0] == kind and f[1] == key and f[2:2 + n] == detail)
 
     def holds(self, cond: Condition) -> bool:
-        def sid(key: str) -> str | None:
-            return self.replay.session_of(key)
-
         if cond.all is not None:
             return all(self.holds(c) for c in cond.all)
         if cond.any is not None:
             return any(self.holds(c) for c in cond.any)
         if (c := cond.inbox_accepted) is not None:
-            s = sid(c.agent)
-            return s is not None and self._inserted[(s, c.kind)] >= c.count
+            if c.kind is None:
+                return self._count("inserted", c.agent) >= c.count
+            return self._count("inserted", c.agent, c.kind) >= c.count
         if (t := cond.turn_ended) is not None:
-            s = sid(t.agent)
-            return s is not None and (s, t.turn) in self._turns_ended
+            return ("turnEnded", t.agent, t.turn) in self._facts
         if (h := cond.hang_reached) is not None:
-            return self.replay.hang_reached(h.agent)
+            return ("hangReached", h.agent) in self._facts
         if (p := cond.parked) is not None:
-            s = sid(p.agent)
-            return s is not None and s in self._parked
+            return ("parked", p.agent) in self._facts
         if (r := cond.step_reached) is not None:
-            s = sid(r.agent)
-            return s is not None and (s, r.turn, r.step) in self._steps
+            return ("step", r.agent, r.turn, r.step) in self._facts
         if (st := cond.settled) is not None:
-            s = sid(st.agent)
-            return s is not None and self._settled[s] >= st.count
+            return self._count("settled", st.agent) >= st.count
         return False
 
     def _changed(self) -> None:
@@ -156,8 +178,7 @@ class Fences:
         key = self._key(ctx.agent)
         if key is None:
             return
-        self._steps.add((ctx.agent.id, ctx.turn, ctx.step))
-        self._changed()
+        self._record(ctx.agent.id, "step", ctx.turn, ctx.step)
         for i, fence in enumerate(self.specs):
             spec = fence.fail_checkpoint
             if spec is not None and spec.agent == key and _matches(spec.turn, spec.step, ctx):
@@ -182,7 +203,7 @@ class Fences:
             spec = fence.maintenance
             if spec is None or self.engaged[i] or spec.agent != key:
                 continue
-            if (agent.id, spec.after_turn) not in self._turns_ended:
+            if key is None or ("turnEnded", key, spec.after_turn) not in self._facts:
                 continue
             self.engaged[i] = True
             until = spec.until
@@ -207,13 +228,18 @@ class Fences:
         self.release()
         for off in self._offs:
             off()
-        for i, fence in enumerate(self.specs):
-            if not self.engaged[i]:
-                self.violations.append(
-                    {"code": "FENCE_UNUSED", "agent": fence.spec.agent,
-                     "message": f"fence {i + 1} ({fence.kind} on {fence.spec.agent}) never engaged"}
-                )
+        self.violations.extend(unused_fences(self.specs, self.engaged))
         return self.violations
+
+
+def unused_fences(specs: list[Fence], engaged: list[bool]) -> list[dict[str, Any]]:
+    """FENCE_UNUSED for each fence not engaged; `engaged` may be shorter (never installed)."""
+    return [
+        {"code": "FENCE_UNUSED", "agent": fence.spec.agent,
+         "message": f"fence {i + 1} ({fence.kind} on {fence.spec.agent}) never engaged"}
+        for i, fence in enumerate(specs)
+        if not (i < len(engaged) and engaged[i])
+    ]
 
 
 def _matches(turn: int | None, step: int | None, ctx: PreStep) -> bool:

@@ -40,6 +40,7 @@ __all__ = [
     "exit_code_for",
     "quiescence",
     "run_tree",
+    "system_prompt",
 ]
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ async def run_tree(request: RunRequest) -> RunResult:
     provider = _build_provider(request)
     options = AgentOptions(
         model=config.model.model if script is None else "replay",
-        system_prompt=_system_prompt(config),
+        system_prompt=system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
         max_steps_per_turn=config.agent.max_steps_per_turn,
         max_tokens=config.model.max_tokens,
@@ -343,7 +344,7 @@ def _on_stall(request: RunRequest, tree: Tree, root: Agent, parked_ids: list[str
         request.sinks.on_waiting(entries)
 
 
-def _system_prompt(config: Config) -> str:
+def system_prompt(config: Config) -> str:
     """`agent.appendSystemPrompt` (issue 16) follows `agent.systemPrompt` as its own paragraph."""
     extra = config.agent.append_system_prompt
     return config.agent.system_prompt if not extra else f"{config.agent.system_prompt}\n\n{extra}"

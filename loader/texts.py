@@ -146,6 +146,11 @@ TEXTS: dict[str, str] = {
     "T-CLI-FENCES": (
         "transcript {file} declares fences, which only run under the test profile or the pytest plugin"
     ),
+    # Issue 12 (the Temporal engine, first slice): what it cannot run yet, said instead of guessed.
+    "T-ENGINE-REPLAY-ONLY": "the Temporal engine runs transcripts only for now; give --transcript NAME",
+    "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
+    "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
+    "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",
     "T-CLI-STALLED": (
         "dsh: waiting on parked subagents {ids}; resume one with 'dsh send' or press Ctrl-C to stop"
     ),

@@ -34,7 +34,7 @@ from dsh.loader.subagents import (
     turn_cut_off,
 )
 from dsh.loader.texts import render
-from dsh.loader.tools import tools_for
+from dsh.loader.tools import Delegation, tools_for
 
 __all__ = ["Quiescence", "Tree", "quiescence", "refuse_child_resume"]
 
@@ -57,6 +57,8 @@ class Tree:
     inline_io: bool = False  # replay runs: store I/O on the loop thread (SPEC §26 item 1)
     # Run-wide budgets (issue 15 finding 9): shared by every agent's provider and `subagent` tool.
     budget: RunBudget | None = None
+    # Another engine's backend for `subagent` (loader/engines/); None: this tree's manager.
+    delegation: Delegation | None = None
 
     def __post_init__(self) -> None:
         self.store = SessionStore(
@@ -87,7 +89,7 @@ class Tree:
             session,
             store=self.store,
             provider=provider,
-            tools=tools_for(mode, self.manager, self.catalogue, self.budget),
+            tools=tools_for(mode, self.manager, self.catalogue, self.budget, self.delegation),
             options=self.options,
             registry=self.registry,
         )

@@ -22,10 +22,14 @@ SURFACES = {
         # issue 9: durable epochs, notice ids and the resume pass
         "EPOCH_EVENT", "continuation_message", "holds_message", "notice_id", "plan_recovery", "recover",
         "scan_tree", "turn_cut_off",
+        # issue 12: the report message both engines send
+        "report_message",
     ],
     "dsh.loader.tools": [
         "InterruptAgentTool", "ListAgentsTool", "ReportTool", "SendMessageTool", "SubagentTool", "TOOL_PARAMETERS",
         "lint_transcript", "tools_for",
+        # issue 12: the backend `subagent` and `report` act through (local manager or Temporal)
+        "Delegation",
     ],
     "dsh.loader.session": [
         "EVENT_TYPES", "ErrorData", "Event", "FileIO", "LoggedRequest", "PruneOutcome", "REQUEUED", "ReadResult",
@@ -36,6 +40,8 @@ SURFACES = {
     "dsh.loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",
         "quiescence", "run_tree",
+        # issue 12: the Temporal engine builds the same system prompt
+        "system_prompt",
     ],
 }
 

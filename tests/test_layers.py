@@ -40,6 +40,7 @@ RANKS: dict[str, float] = {
     "fences": 8,
     "sinks": 8,  # the run's observers and ledgers: on the tree, below headless
     "headless": 9,
+    "engines": 9.5,  # beside headless: other engines build a RunResult as run_tree does (issue 12)
     "testing": 10,
     "cli": 11,
 }
@@ -124,6 +125,24 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
     probe.write_text(source)
     [finding] = upward_imports([probe], root=tmp_path)
     assert "host (rank 8) imports" in finding
+
+
+# Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
+# and it must stay deterministic); the turn activity is the shared runtime; the worker and client
+# sit on both.
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "workflow": 1, "turn": 1, "client": 2, "worker": 3}
+
+
+def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():
+    found = {}
+    for path in sorted((ROOT / "loader" / "engines").glob("*.py")):
+        assert path.stem in ENGINE_RANKS, f"{path}: give it a place in ENGINE_RANKS"
+        found[path.stem] = [m.rsplit(".", 1)[1] for _, m in imports_of(path) if m.startswith("dsh.loader.engines.")]
+    bad = [f"{name} imports {target}" for name, targets in found.items() for target in targets
+           if ENGINE_RANKS[target] >= ENGINE_RANKS[name]]
+    assert bad == []
+    workflow = [m for _, m in imports_of(ROOT / "loader" / "engines" / "workflow.py") if m.startswith("dsh.")]
+    assert workflow == ["dsh.loader.engines.wire"]
 
 
 # Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter

@@ -232,9 +232,17 @@ ISSUE_11_TEXTS = {
     "T-CLI-LIVE-WAITING": "waiting on parked: {label} — `{send}` resumes",
 }
 
+# Issue 12 (the Temporal engine, first slice): our wording.
+ISSUE_12_TEXTS = {
+    "T-ENGINE-REPLAY-ONLY": "the Temporal engine runs transcripts only for now; give --transcript NAME",
+    "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
+    "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
+    "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",
+}
+
 SPEC_TEXTS = {
     **SPEC_SYSTEM, **SPEC_RUNTIME, **SPEC_ERRORS, **SPEC_CLI, **SPEC_CRASH, **ISSUE_15_TEXTS,
-    **ISSUE_16_NOTICE_TEXTS, **ISSUE_16_ENDPOINT_TEXTS, **ISSUE_11_TEXTS,
+    **ISSUE_16_NOTICE_TEXTS, **ISSUE_16_ENDPOINT_TEXTS, **ISSUE_11_TEXTS, **ISSUE_12_TEXTS,
 }
 
 

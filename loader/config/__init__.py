@@ -17,6 +17,7 @@ from dsh.loader.config.schema import (
     RetryConfig,
     RunConfig,
     SubagentsConfig,
+    TemporalConfig,
     TestingConfig,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "RetryConfig",
     "RunConfig",
     "SubagentsConfig",
+    "TemporalConfig",
     "TestingConfig",
     "compose",
     "deep_merge",

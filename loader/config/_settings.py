@@ -7,6 +7,7 @@ set, since importing pydantic-settings costs a short `dsh run` several percent (
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
@@ -18,6 +19,7 @@ from dsh.loader.config.schema import (
     PersistenceConfig,
     RunConfig,
     SubagentsConfig,
+    TemporalConfig,
     TestingConfig,
 )
 
@@ -43,7 +45,8 @@ class DshEnvironment(BaseSettings):
     run: RunConfig = RunConfig()
     limits: LimitsConfig = LimitsConfig()
     testing: TestingConfig = TestingConfig()
-
+    engine: Literal["local", "temporal"] = "local"  # DSH_ENGINE
+    temporal: TemporalConfig = TemporalConfig()
 
 
 class EnvironSource(EnvSettingsSource):

@@ -32,6 +32,7 @@ __all__ = [
     "RetryConfig",
     "RunConfig",
     "SubagentsConfig",
+    "TemporalConfig",
     "TestingConfig",
 ]
 
@@ -141,8 +142,20 @@ class TestingConfig(_Schema):
     fence_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 10.0
 
 
+class TemporalConfig(_Schema):
+    """Where the Temporal engine (issue 12; loader/engines/README.md) finds its server. Read only
+    when `engine: temporal`; the local engine never looks at it (nor imports temporalio)."""
+
+    address: Annotated[str, Field(min_length=1)] = "localhost:7233"
+    namespace: Annotated[str, Field(min_length=1)] = "default"
+    task_queue: Annotated[str, Field(min_length=1)] = "dsh"
+
+
 class Config(_Schema):
-    """The composed configuration; every section and key has a default."""
+    """The composed configuration; every section and key has a default. `engine` picks who runs the
+    tree: `local` (this process, the default) or `temporal` (workers, through `temporal.*`)."""
+
+    engine: Literal["local", "temporal"] = "local"
 
     model: ModelConfig = ModelConfig()
     agent: AgentConfig = AgentConfig()
@@ -151,3 +164,4 @@ class Config(_Schema):
     run: RunConfig = RunConfig()
     limits: LimitsConfig = LimitsConfig()
     testing: TestingConfig = TestingConfig()
+    temporal: TemporalConfig = TemporalConfig()

@@ -9,7 +9,7 @@ from dsh.loader.subagents.manager import AgentFactory, ContinuationManager, Mana
 from dsh.loader.subagents.notice import notify_settlement, render_settlement_notice, settlement_message
 from dsh.loader.subagents.recovery import continuation_message, plan_recovery, recover, scan_tree, turn_cut_off
 from dsh.loader.subagents.oneshot import OneShotResult, run_one_shot
-from dsh.loader.subagents.report import report_from
+from dsh.loader.subagents.report import report_from, report_message
 from dsh.loader.subagents.teardown import dispose, drain, drain_children, drain_descendants
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "recover",
     "render_settlement_notice",
     "report_from",
+    "report_message",
     "run_one_shot",
     "scan_tree",
     "settlement_message",

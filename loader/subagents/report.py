@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dsh.loader.abort import AbortSignal
-from dsh.loader.agent import text_block, user_message
+from dsh.loader.agent import Message, text_block, user_message
 from dsh.loader.subagents.errors import err
 from dsh.loader.texts import render
 
@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from dsh.loader.agent import Agent
     from dsh.loader.subagents.manager import ContinuationManager
 
-__all__ = ["report_from"]
+__all__ = ["report_from", "report_message"]
+
+
+def report_message(child_id: str, content: str) -> Message:
+    """The report as the parent reads it (T-REPORT-RELAY, then the child's words); both engines."""
+    return user_message(
+        [text_block(render("T-REPORT-RELAY", id=child_id)), text_block(content)],
+        {"kind": "subagent-report", "form": "relay", "senderSessionId": child_id},
+    )
 
 
 def report_from(manager: ContinuationManager, child: Agent, content: str, signal: AbortSignal) -> str:
@@ -33,10 +41,7 @@ def report_from(manager: ContinuationManager, child: Agent, content: str, signal
     parent = manager.registry.get(str(child.header.get("parentSession")))
     if parent is None:
         raise err("PARENT_UNAVAILABLE", "T-ERR-PARENT-GONE")
-    message = user_message(
-        [text_block(render("T-REPORT-RELAY", id=child.id)), text_block(content)],
-        {"kind": "subagent-report", "form": "relay", "senderSessionId": child.id},
-    )
+    message = report_message(child.id, content)
     try:
         if manager.config.report_delivery == "quiet":
             parent.inject(message)

@@ -12,10 +12,11 @@ from dsh.loader.agent import Tool
 from dsh.loader.models.budget import RunBudget
 from dsh.loader.subagents import Catalogue, ContinuationManager
 from dsh.loader.tools.control import InterruptAgentTool, ListAgentsTool, ReportTool
-from dsh.loader.tools.delegation import SendMessageTool, SubagentTool
+from dsh.loader.tools.delegation import Delegation, SendMessageTool, SubagentTool
 from dsh.loader.tools.lint import TOOL_PARAMETERS, lint_transcript
 
 __all__ = [
+    "Delegation",
     "InterruptAgentTool",
     "ListAgentsTool",
     "ReportTool",
@@ -29,16 +30,16 @@ __all__ = [
 
 def tools_for(
     mode: Literal["root", "continuable", "one-shot"], manager: ContinuationManager, catalogue: Catalogue,
-    budget: RunBudget | None = None,
+    budget: RunBudget | None = None, delegation: Delegation | None = None,
 ) -> list[Tool]:
     if mode == "one-shot":
         return []
     tools: list[Tool] = [
-        SubagentTool(manager, budget),
+        SubagentTool(manager, budget, delegation),
         SendMessageTool(manager),
         ListAgentsTool(manager, catalogue),
         InterruptAgentTool(manager),
     ]
     if mode == "continuable":
-        tools.append(ReportTool(manager))
+        tools.append(ReportTool(manager, delegation))
     return tools

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.loader.agent import ToolExec, ToolOutput
-from dsh.loader.subagents import AncestorAuthority, Catalogue, ContinuationManager, interrupt, list_agents, report_from
+from dsh.loader.subagents import AncestorAuthority, Catalogue, ContinuationManager, interrupt, list_agents
+from dsh.loader.tools.delegation import Delegation, LocalDelegation
 from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 __all__ = ["InterruptAgentTool", "ListAgentsTool", "ReportTool"]
@@ -77,9 +78,10 @@ class ReportTool:
     concurrency_safe = True
     system_section = TEXTS["T-SYSTEM-REPORTING"]
 
-    def __init__(self, manager: ContinuationManager) -> None:
+    def __init__(self, manager: ContinuationManager, delegation: Delegation | None = None) -> None:
         self.manager = manager
+        self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: ReportArgs, exec: ToolExec) -> ToolOutput:
-        message_id = report_from(self.manager, exec.agent, args.output, exec.signal)
+        message_id = await self.delegation.report(exec.agent, args.output, exec.signal)
         return ToolOutput(text=render("T-REPORT-OK", messageId=message_id), value={"messageId": message_id})

@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsh.loader.agent import ToolExec, ToolOutput, text_of
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent import Agent, ToolExec, ToolOutput, text_of
 from dsh.loader.errors import SubagentError
 from dsh.loader.models.budget import RunBudget
-from dsh.loader.subagents import ContinuationManager, run_one_shot
+from dsh.loader.subagents import ContinuationManager, report_from, run_one_shot
 from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
-__all__ = ["SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
+__all__ = ["Delegation", "LocalDelegation", "SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
+
+
+class Delegation(Protocol):
+    """Who acts on other agents for `subagent` and `report`: the local `ContinuationManager`
+    (`LocalDelegation`), or another engine's backend (the Temporal engine starts a child workflow
+    and relays reports through the workflows, loader/engines/README.md). The tools' texts and values
+    are the same either way."""
+
+    async def start_continuable(
+        self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
+    ) -> tuple[str, str]: ...
+
+    async def report(self, child: Agent, content: str, signal: AbortSignal) -> str: ...
+
+
+class LocalDelegation:
+    """The local engine: the manager itself. `report` runs `report_from` at once (it is sync span
+    S9; the coroutine does not suspend before it)."""
+
+    def __init__(self, manager: ContinuationManager) -> None:
+        self.manager = manager
+
+    async def start_continuable(
+        self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
+    ) -> tuple[str, str]:
+        return await self.manager.start_continuable(parent, label, prompt, spawn_call_id, signal)
+
+    async def report(self, child: Agent, content: str, signal: AbortSignal) -> str:
+        return report_from(self.manager, child, content, signal)
 
 
 class _Args(BaseModel):
@@ -32,15 +62,20 @@ class SubagentTool:
     concurrency_safe = True
     system_section = TEXTS["T-SYSTEM-DELEGATION"]
 
-    def __init__(self, manager: ContinuationManager, budget: RunBudget | None = None) -> None:
+    def __init__(
+        self, manager: ContinuationManager, budget: RunBudget | None = None, delegation: Delegation | None = None
+    ) -> None:
         self.manager = manager
         self.budget = budget
+        # Continuable children go through `delegation` (default: the manager); foreground one-shot
+        # children always run in this process under `manager`, inside the calling tool.
+        self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
         if self.budget is not None:  # refused here, before the manager creates anything
             self.budget.take_child()
         if args.run_in_background:
-            child_id, _ = await self.manager.start_continuable(
+            child_id, _ = await self.delegation.start_continuable(
                 exec.agent, args.label, args.prompt, exec.call_id, exec.signal
             )
             return ToolOutput(

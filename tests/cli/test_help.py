@@ -15,7 +15,7 @@ from dsh.cli.app import app
 
 COMMANDS = [
     ("run",), ("interrupt",), ("send",), ("flow",), ("sessions", "list"), ("sessions", "show"),
-    ("sessions", "tree"), ("sessions", "prune"), ("config", "show"),
+    ("sessions", "tree"), ("sessions", "prune"), ("config", "show"), ("worker",),
 ]
 
 

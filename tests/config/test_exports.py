@@ -20,6 +20,7 @@ def test_config_exports_exactly_the_pinned_names() -> None:
             "RetryConfig",
             "RunConfig",
             "SubagentsConfig",
+            "TemporalConfig",
             "TestingConfig",
             "compose",
             "deep_merge",

@@ -1,0 +1,130 @@
+"""`dsh run --engine temporal` (issue 12 item 3): submit a tree to workers and build its run result.
+
+The result is built as `run_tree` builds it (§7.4, §17.3) from what the root workflow returns, plus
+the end-of-run checks that need the whole tree: REPLAY_UNCONSUMED from the final logs (a fresh
+replay provider resumed over every session of the tree) and FENCE_UNUSED from the fences the turn
+activities report engaged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from dsh.loader.agent import user_message
+from dsh.loader.config import TemporalConfig
+from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
+from dsh.loader.engines.workflow import AgentWorkflow
+from dsh.loader.errors import ConfigError
+from dsh.loader.fences import unused_fences
+from dsh.loader.headless import RunRequest, RunResult, exit_code_for, system_prompt
+from dsh.loader.ids import new_root_id
+from dsh.loader.models import ReplayProvider
+from dsh.loader.session import SessionStore
+from dsh.loader.texts import render
+from dsh.loader.transcripts import Transcript
+
+__all__ = ["connect", "run_tree_temporal", "submit"]
+
+
+async def connect(address: str, namespace: str) -> Client:
+    """The client, or a typed error naming the address (exit 2: the configuration points nowhere)."""
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        raise ConfigError(render("T-ENGINE-UNREACHABLE", address=address, namespace=namespace, detail=exc),
+                          code="CONFIG_INVALID") from exc
+
+
+def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
+    config = request.config
+    script = request.transcript
+    if script is None or request.provider is not None:
+        raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
+    return RunSpec(
+        home=str(Path(request.home).resolve()), root_id=root_id, transcript=str(script.path),
+        fences_allowed=request.fences_allowed, fences=request.fences_allowed and bool(script.spec.fences),
+        fence_timeout=config.testing.fence_timeout_seconds,
+        model="replay", system_prompt=system_prompt(config),
+        max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
+        max_steps_per_turn=config.agent.max_steps_per_turn, max_tokens=config.model.max_tokens,
+        temperature=config.model.temperature, max_depth=config.subagents.max_depth,
+        report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
+        fsync=config.persistence.fsync, task_queue=task_queue,
+    )
+
+
+async def submit(client: Client, request: RunRequest, task_queue: str) -> TreeResult:
+    """Start the root workflow (id = root session id) with the task and wait for its result."""
+    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
+        if given is not None:  # refused, not ignored: each is a later slice
+            raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
+    script = request.transcript
+    task = request.task if request.task is not None else (script.task if script is not None else None)
+    if task is None:
+        raise ConfigError("a task or a transcript with a task is required", code="USAGE")
+    if script is not None and script.spec.fences and not request.fences_allowed:
+        raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
+    root_id = new_root_id()
+    spec = run_spec(request, root_id, task_queue)
+    tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
+                     cwd=os.getcwd())
+    return await client.execute_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
+
+
+async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None) -> RunResult:
+    """`run_tree` on the Temporal engine: same request, same result shape."""
+    started = request.clock()
+    if client is None:
+        client = await connect(temporal.address, temporal.namespace)
+    result = await submit(client, request, temporal.task_queue)
+    violations = list(result.violations)
+    if request.transcript is not None:
+        violations += await asyncio.to_thread(_unconsumed, request.transcript, Path(request.home), result.session_id)
+        violations += unused_fences(list(request.transcript.spec.fences), result.fences_engaged)
+    error = result.error
+    if error is None and violations:
+        error = {"code": violations[0]["code"], "message": violations[0].get("message", "")}
+    return RunResult(
+        root_session_id=result.session_id,
+        stop_reason=result.stop_reason,
+        exit_code=exit_code_for(result.stop_reason, violations),
+        output=result.output,
+        usage={},
+        violations=violations,
+        error=error,
+        model="replay",
+        duration_ms=max(0, round((request.clock() - started) * 1000)),
+    )
+
+
+def _unconsumed(script: Transcript, home: Path, root_id: str) -> list[dict[str, Any]]:
+    """REPLAY_UNCONSUMED over the whole tree: bind every session in creation order (as a resumed
+    run does, tree.py) so each script's cursor is what its log shows served."""
+    store = SessionStore(home)
+    sessions: list[tuple[int, str, dict[str, Any] | None, list[dict[str, Any]]]] = []
+    wanted = {root_id}
+    logs = {sid: store.read(sid) for sid in _session_ids(store.sessions_dir)}
+    changed = True
+    while changed:  # the tree: sessions whose parent is in it
+        changed = False
+        for sid, log in logs.items():
+            if sid not in wanted and log.header.get("parentSession") in wanted:
+                wanted.add(sid)
+                changed = True
+    for sid in wanted:
+        log = logs[sid]
+        descriptor = next((e["data"] for e in log.events if e["type"] == "subagent/descriptor"), None)
+        sessions.append((int(log.header.get("createdAt") or 0), sid, descriptor, log.events))
+    replay = ReplayProvider(script)
+    for _, sid, descriptor, events in sorted(sessions, key=lambda s: (s[0], s[1])):
+        replay.resume_session(sid, None if sid == root_id else descriptor, events)
+    return [dict(v) for v in replay.finish_checks()]
+
+
+def _session_ids(sessions_dir: Path) -> list[str]:
+    return sorted(p.parent.name for p in sessions_dir.glob("*/session.jsonl"))

@@ -1,0 +1,292 @@
+"""One turn of one agent on the Temporal engine (loader/engines/README.md), with the shared core.
+
+`run_turn` rebuilds the agent from its JSONL log (the projection: this is what writes it), binds the
+transcript at the cursor the log shows, installs the fences, sends the turn's deliveries, feeds it
+whatever the workflow accepts meanwhile and returns once the agent is idle. It knows Temporal only
+through `WorkflowLink` (worker.py implements it), so it imports no temporalio.
+
+Invariants:
+- a delivery whose message id the log already holds is counted as taken and not sent again (a
+  retried turn after a worker died), so each accepted message enters the inbox once;
+- `taken` counts exactly the deliveries sent (or skipped as held): one the poll fetched but the turn
+  never applied stays pending in the workflow for the next turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
+
+from dsh.loader.abort import AbortSignal
+from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
+from dsh.loader.agent import Message, Tool, ToolExec, ToolOutput, user_message
+from dsh.loader.engines.wire import Delivery, RunSpec, StartChild, TreeInput, TurnInput, TurnResult
+from dsh.loader.errors import ConfigError, SubagentError
+from dsh.loader.fences import Fact, Fences
+from dsh.loader.ids import new_child_id
+from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
+from dsh.loader.session import Session, make_header
+from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, report_message, settlement_message
+from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
+from dsh.loader.subagents.notice import settlement_detail
+from dsh.loader.texts import render
+from dsh.loader.transcripts import load_transcript
+from dsh.loader.tree import Tree
+
+__all__ = ["WorkflowLink", "run_turn"]
+
+logger = logging.getLogger(__name__)
+
+
+class WorkflowLink(Protocol):
+    """What a turn asks of the workflow that runs it (the two updates, and the heartbeat)."""
+
+    async def poll(self, after: int) -> list[Delivery]: ...
+    async def start_child(self, request: StartChild) -> None: ...
+    async def report(self, delivery: Delivery) -> None: ...
+    def heartbeat(self) -> None: ...
+    # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
+    async def publish_facts(self, facts: list[list[Any]]) -> None: ...
+    async def facts_after(self, after: int) -> list[list[Any]]: ...
+
+
+class _Heartbeating:
+    """The agent's provider, heartbeating per chunk: a turn is alive while its model streams."""
+
+    def __init__(self, inner: ModelProvider, beat: Callable[[], None]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._beat = beat
+
+    async def stream(self, request: ModelRequest, signal: AbortSignal, on_retry: OnRetry) -> AsyncGenerator[Chunk, None]:
+        async for chunk in self.inner.stream(request, signal, on_retry):
+            self._beat()
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _WorkflowDelegation:
+    """`subagent` (background) on Temporal: the same ids, descriptor and prompt message the manager
+    would make, handed to the workflow, which starts the child workflow (update `start_child`)."""
+
+    def __init__(self, link: WorkflowLink, config: ManagerConfig) -> None:
+        self.link = link
+        self.config = config
+
+    async def start_continuable(
+        self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
+    ) -> tuple[str, str]:
+        signal.throw_if_aborted()
+        depth = self.config.child_depth(parent)
+        child_id = new_child_id()
+        descriptor = self.config.descriptor("continuable", label, spawn_call_id)
+        message = user_message(prompt, {"kind": "user"})
+        await self.link.start_child(
+            StartChild(child_id=child_id, descriptor=descriptor, prompt=_plain(message), depth=depth)
+        )
+        return child_id, str(message["id"])
+
+    async def report(self, child: Agent, content: str, signal: AbortSignal) -> str:
+        """`report_from` on Temporal: the same message, relayed by this child's workflow to its
+        parent's; `reportDelivery` picks steer (wakeup) or inject (quiet) as it does locally."""
+        signal.throw_if_aborted()
+        message = report_message(child.id, content)
+        send: Literal["steer", "inject"] = "inject" if self.config.report_delivery == "quiet" else "steer"
+        await self.link.report(Delivery(_plain(message), send=send))
+        return str(message["id"])
+
+
+class _Board:
+    """This turn's half of the root's fence board: facts recorded here are published (signals,
+    each tracked until sent), the tree's facts are merged into the local fences as they arrive."""
+
+    def __init__(self, fences: Fences, link: WorkflowLink) -> None:
+        self.fences = fences
+        self.link = link
+        self.sending: set[asyncio.Task[None]] = set()
+        fences.on_fact = self._publish
+
+    def _publish(self, fact: Fact) -> None:
+        task = asyncio.ensure_future(self.link.publish_facts([list(fact)]))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def mirror(self) -> None:
+        seen = 0
+        while True:
+            facts = await self.link.facts_after(seen)
+            seen += len(facts)
+            self.fences.merge(tuple(f) for f in facts)
+
+    async def flush(self) -> None:
+        """Every fact of this turn is on the board before the turn returns."""
+        for result in await asyncio.gather(*list(self.sending), return_exceptions=True):
+            if isinstance(result, BaseException):
+                logger.warning("publishing a fence fact failed: %r", result)
+
+
+async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
+    """Cancel a long-poll the turn no longer needs. The SDK turns a cancelled update call into its
+    own error type, so whatever the poll raises now is the cancel, unless it had failed before."""
+    failed = task.done() and not task.cancelled() and task.exception() is not None
+    task.cancel()
+    outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+    if failed:
+        logger.warning("a long-poll of %s failed: %r", agent_id, outcome)
+
+
+# Tools whose Temporal half is a later slice (README "Not yet"): same name, description and schema
+# for the model, so its requests are the local engine's, but a typed error instead of reaching
+# the turn's in-process manager, which holds no other agent of the tree.
+NOT_YET = frozenset({"send_message", "interrupt_agent", "list_agents"})
+
+
+class _NotYet:
+    def __init__(self, tool: Tool) -> None:
+        self.name = tool.name
+        self.description = tool.description
+        self.parameters = tool.parameters
+        self.concurrency_safe = tool.concurrency_safe
+        self.system_section = tool.system_section
+
+    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
+        raise SubagentError("ENGINE_UNSUPPORTED", render("T-ENGINE-UNSUPPORTED", what=f"the {self.name} tool"))
+
+
+def _not_yet(agent: Agent) -> None:
+    agent.tools = [_NotYet(t) if t.name in NOT_YET else t for t in agent.tools]
+
+
+def _provider(run: RunSpec) -> ReplayProvider:
+    if run.transcript is None:
+        raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
+    return ReplayProvider(load_transcript(Path(run.transcript)))
+
+
+async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
+    """The `dsh.turn` activity's body: run the agent from these deliveries until it is idle."""
+    who = spec.agent
+    run = who.run
+    provider = _provider(run)
+    manager_config = ManagerConfig(max_depth=run.max_depth, report_delivery=run.report_delivery,  # type: ignore[arg-type]
+                                   model=run.model)
+    tree = Tree(
+        home=Path(run.home),
+        provider=provider,
+        options=AgentOptions(
+            model=run.model, system_prompt=run.system_prompt, max_parallel_tool_calls=run.max_parallel_tool_calls,
+            max_steps_per_turn=run.max_steps_per_turn, max_tokens=run.max_tokens, temperature=run.temperature,
+        ),
+        manager_config=manager_config,
+        batch_delay_ms=run.batch_delay_ms,
+        fsync=run.fsync,
+        inline_io=True,  # replay: the order is the transcript's alone (SPEC §26 item 1)
+        delegation=_WorkflowDelegation(link, manager_config),
+    )
+    fences: Fences | None = None
+    script = provider.transcript
+    if script.spec.fences and run.fences_allowed:
+        fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=run.fence_timeout)
+        fences.install()
+    tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
+    tree.agent_hooks.append(_not_yet)
+    agent = await _open_agent(tree, provider, who)
+    taken = 0
+
+    def deliver(d: Delivery) -> None:
+        nonlocal taken
+        taken += 1
+        link.heartbeat()
+        if session_holds_message(agent.session, str(d.message["id"])):
+            return  # a retried turn: this one is in the log already
+        # A notice is steered into a running agent and wakes an idle one (notice.deliver_live).
+        message = cast(Message, d.message)  # one this runtime made: user_message / settlement_message
+        if d.send == "steer" or (d.send == "notice" and agent.status != "idle"):
+            agent.steer(message)
+        elif d.send == "inject":
+            agent.inject(message)
+        else:
+            agent.followup(message)
+
+    async def poll() -> None:
+        while True:
+            for d in await link.poll(spec.offset + taken):
+                deliver(d)
+
+    board = _Board(fences, link) if fences is not None and run.fences else None
+    pollers: list[asyncio.Task[None]] = []
+    try:
+        if board is not None:
+            pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
+        for d in spec.deliveries:
+            deliver(d)
+        pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
+        await agent.when_idle()
+    finally:
+        try:
+            for poller in pollers:
+                await _abandon(poller, agent.id)
+            if board is not None:
+                await board.flush()
+            if fences is not None:
+                fences.release()
+        finally:
+            await agent.dispose()
+    result = _result(agent.session, who, taken)
+    result.agent_key = provider.agent_key_of(agent.id)
+    result.violations = [dict(v) for v in provider.violations]
+    if fences is not None:
+        result.violations += fences.violations
+        result.fences_engaged = list(fences.engaged)
+    return result
+
+
+async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> Agent:
+    """The session as the local engine would have made it (Tree.create_root, ChildAgents.create)."""
+    store = tree.store
+    if not store.exists(who.session_id):
+        header = make_header(who.session_id, parent_session=who.parent_id,
+                             origin="subagent" if who.parent_id else None,
+                             delegation_depth=who.depth, cwd=who.cwd)
+        session = await store.create(header)
+    else:
+        session = await store.load(who.session_id)
+    provider.resume_session(who.session_id, who.descriptor, session.events)
+    agent = tree.make_agent(session, "root" if who.parent_id is None else "continuable")
+    # Descriptor first (§8.2); also when a worker died between creating the log and this append.
+    if who.descriptor is not None and not any(e["type"] == "subagent/descriptor" for e in session.events):
+        session.append("subagent/descriptor", who.descriptor)
+    latest = latest_epoch(session.events)
+    if who.epoch is not None and (latest is None or latest.epoch < who.epoch):
+        session.append(EPOCH_EVENT, {"epoch": who.epoch}, ignorable=True)
+    assert tree.registry is not None
+    tree.registry.register(agent)
+    return agent
+
+
+def _result(session: Session, who: TreeInput, taken: int) -> TurnResult:
+    events = session.events
+    if who.parent_id is None:
+        outcome = run_outcome(list(events))
+        error = None
+        if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":
+            error = outcome.end["data"]["reason"].get("error")
+        return TurnResult(taken=taken, stop_reason=outcome.stop_reason, output=outcome.output, error=error)
+    start = max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0)
+    suffix = list(events[start:])
+    stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
+    notice = settlement_message(
+        who.session_id, stop_reason, final_output(suffix), epoch=who.epoch,
+        detail=settlement_detail(stop_reason, suffix),
+    )
+    return TurnResult(taken=taken, stop_reason=stop_reason, notice=_plain(notice))
+
+
+def _plain(message: Message) -> dict[str, Any]:
+    """A message as the wire's JSON dict (a TypedDict is one already, typed narrower)."""
+    return dict(message)

@@ -1,0 +1,140 @@
+"""What crosses Temporal's wire (loader/engines/README.md): workflow and activity inputs and results.
+
+Plain dataclasses of JSON values, so temporalio's default converter carries them and workflow code
+(which imports this module through the sandbox) stays free of I/O. No temporalio import here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+__all__ = [
+    "HEARTBEAT_TIMEOUT",
+    "Poll",
+    "TURN_TIMEOUT",
+    "Delivery",
+    "RunSpec",
+    "StartChild",
+    "TreeInput",
+    "TreeResult",
+    "TurnInput",
+    "TurnResult",
+    "child_workflow_id",
+]
+
+# A turn heartbeats per model chunk and per delivery; silence this long means its worker is gone.
+HEARTBEAT_TIMEOUT = timedelta(seconds=60)
+# One turn's ceiling (start to close) on one worker; retried elsewhere after it.
+TURN_TIMEOUT = timedelta(hours=1)
+
+
+def child_workflow_id(root_id: str, child_id: str) -> str:
+    """Issue 12 item 2: a continuable child's runs live under `<root>/<child>`."""
+    return f"{root_id}/{child_id}"
+
+
+@dataclass
+class RunSpec:
+    """What every turn of one tree needs to rebuild its agent (the config, flattened)."""
+
+    home: str
+    root_id: str
+    transcript: str | None = None  # a transcript's path: the replay provider runs in the activity
+    fences_allowed: bool = False
+    fences: bool = False  # the transcript has fences and they may run: the root keeps a fact board
+    fence_timeout: float = 10.0
+    model: str = "replay"
+    system_prompt: str = ""
+    max_parallel_tool_calls: int = 10
+    max_steps_per_turn: int = 100
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_depth: int = 3
+    report_delivery: str = "wakeup"
+    batch_delay_ms: int = 0
+    fsync: bool = False
+    task_queue: str = "dsh"
+
+
+@dataclass
+class Delivery:
+    """One accepted message for an agent. `send`: how it enters the agent's inbox — `followup`,
+    `steer` or `inject` (SPEC §6.2), or `notice` (followup when the agent is idle, steer when it
+    runs: §9.4). Only `inject` does not wake an idle agent."""
+
+    message: dict[str, Any]
+    send: Literal["followup", "steer", "inject", "notice"] = "followup"
+
+    @property
+    def waking(self) -> bool:
+        return self.send != "inject"
+
+
+@dataclass
+class TreeInput:
+    """One agent workflow run: the root (no `parent_id`) or one epoch of a continuable child."""
+
+    run: RunSpec
+    session_id: str
+    deliveries: list[Delivery] = field(default_factory=list)
+    parent_id: str | None = None
+    depth: int = 0
+    descriptor: dict[str, Any] | None = None
+    epoch: int | None = None
+    cwd: str | None = None
+
+
+@dataclass
+class StartChild:
+    """`subagent` inside a turn asks its workflow to start a child (update `start_child`)."""
+
+    child_id: str
+    descriptor: dict[str, Any]
+    prompt: dict[str, Any]  # the prompt message, id included
+    depth: int
+
+
+@dataclass
+class TurnInput:
+    agent: TreeInput
+    deliveries: list[Delivery]
+    offset: int  # index of deliveries[0] in the workflow's list: the long-poll continues from here
+    seq: int = 0  # which turn activity of this run: a poll of an ended turn returns at once
+
+
+@dataclass
+class Poll:
+    """The turn activity's long-poll (update `deliveries_after`): deliveries past `after`, or none
+    once turn `seq` has ended."""
+
+    seq: int
+    after: int
+
+
+@dataclass
+class TurnResult:
+    taken: int  # deliveries consumed, counted from TurnInput.offset
+    stop_reason: str
+    notice: dict[str, Any] | None = None  # a child: the settlement notice its epoch owes, as of now
+    output: str = ""  # the root: the run outcome's output (§7.4)
+    error: dict[str, Any] | None = None
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    fences_engaged: list[bool] = field(default_factory=list)
+    agent_key: str | None = None  # the transcript script this session is bound to
+
+
+@dataclass
+class TreeResult:
+    """A workflow run's result. For a child it is the settlement notice (issue 12 item 2)."""
+
+    session_id: str
+    stop_reason: str
+    notice: dict[str, Any] | None = None
+    output: str = ""
+    error: dict[str, Any] | None = None
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    fences_engaged: list[bool] = field(default_factory=list)
+    agent_key: str | None = None
+    epoch: int | None = None

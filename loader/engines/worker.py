@@ -1,0 +1,85 @@
+"""`dsh worker` (issue 12 item 3): a Temporal worker serving dsh's workflow and turn activity.
+
+The turn activity is `run_turn` (turn.py) over a `WorkflowLink` made of this client: updates on the
+workflow that runs the turn, and the activity heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from dsh.loader.engines.client import connect
+from dsh.loader.engines.turn import run_turn
+from dsh.loader.engines.wire import Delivery, Poll, StartChild, TreeResult, TurnInput, TurnResult
+from dsh.loader.engines.workflow import AgentWorkflow
+
+__all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
+
+
+class _Link:
+    def __init__(self, handle: WorkflowHandle[AgentWorkflow, TreeResult], root: WorkflowHandle[AgentWorkflow, TreeResult],
+                 seq: int) -> None:
+        self.handle = handle
+        self.root = root
+        self.seq = seq
+
+    async def poll(self, after: int) -> list[Delivery]:
+        return await self.handle.execute_update(AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after))
+
+    async def start_child(self, request: StartChild) -> None:
+        await self.handle.execute_update(AgentWorkflow.start_child, request)
+
+    async def report(self, delivery: Delivery) -> None:
+        await self.handle.execute_update(AgentWorkflow.report, delivery)
+
+    def heartbeat(self) -> None:
+        activity.heartbeat()
+
+    async def publish_facts(self, facts: list[list[Any]]) -> None:
+        await self.root.signal(AgentWorkflow.fence_facts, facts)
+
+    async def facts_after(self, after: int) -> list[list[Any]]:
+        return await self.root.execute_update(AgentWorkflow.fence_facts_after, after)
+
+
+class TurnActivities:
+    """The activity needs the client to reach its own workflow, so it is a bound method."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @activity.defn(name="dsh.turn")
+    async def turn(self, spec: TurnInput) -> TurnResult:
+        workflow_id = activity.info().workflow_id
+        assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
+        handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+        root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
+        return await run_turn(spec, _Link(handle, root, spec.seq))
+
+
+def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentWorkflow],
+        activities=[TurnActivities(client).turn],
+        max_concurrent_activities=max_concurrent_activities,
+    )
+
+
+async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.Event) -> None:
+    """Serve until `stop` is set, then finish in-flight tasks (Worker's own graceful shutdown)."""
+    workers = [make_worker(client, q) for q in task_queues]
+    for w in workers:
+        await w.__aenter__()
+    try:
+        await stop.wait()
+    finally:
+        for w in workers:
+            await w.__aexit__(None, None, None)

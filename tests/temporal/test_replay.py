@@ -1,0 +1,31 @@
+"""Workflow code stays deterministic (issue 12 item 4): the histories recorded by
+scripts/temporal_histories.py and committed under tests/temporal/histories/ replay against today's
+`AgentWorkflow`. A change to workflow code that would break running trees fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import temporal_kit  # noqa: F401  (skips without the temporal extra, fails under CI)
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from dsh.loader.engines.workflow import AgentWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_committed_for_the_root_and_child_runs() -> None:
+    names = {p.name for p in HISTORIES}
+    assert {"hello.0.json", "background-settlement.0.json", "background-settlement.1.json",
+            "report-then-settle.0.json", "report-then-settle.1.json"} <= names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_a_committed_history_replays_against_todays_workflow(path: Path) -> None:
+    recorded = json.loads(path.read_text())
+    history = WorkflowHistory.from_json(recorded["workflowId"], recorded["history"])
+    result = await Replayer(workflows=[AgentWorkflow]).replay_workflow(history)
+    assert result.replay_failure is None

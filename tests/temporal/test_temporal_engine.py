@@ -1,0 +1,77 @@
+"""The Temporal engine against the local one (issue 12 item 4): one test per shipped transcript runs
+it on both engines, keylessly, and compares the settlement facts (each agent's turn ends and stop
+reasons, which notices and reports reach which parent with their texts, the final output) — and,
+since the replay is deterministic on both, the whole normalized flow.
+
+One dev server serves the module (its start is most of a test's cost); each test has its own task
+queue, worker and homes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporal_kit import both_engines, dev_server, settlement_facts
+from temporalio.client import Client
+
+from dsh.loader.transcripts import load_transcript
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "transcripts").glob("*.yaml"))
+# Not yet on the Temporal engine (next slices, loader/engines/README.md): their tools answer
+# ENGINE_UNSUPPORTED there (test_turn.py), so the run breaks its transcript — skipped, not run into
+# its fence timeouts, which would cost the suite half a minute each.
+NOT_YET = {
+    "followups-checkpoint-failure": "send_message and {{child:...}} placeholders across turns",
+    "interrupt-parked-resume": "interrupt_agent, parking and send_message",
+}
+# A demo for `dsh interrupt` by hand: it parks until someone interrupts it, on either engine.
+MANUAL = {"interrupt-demo"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client() -> AsyncIterator[Client]:
+    async with dev_server() as c:
+        yield c
+
+
+def cases() -> list[object]:
+    out: list[object] = []
+    for name in SHIPPED:
+        if name in MANUAL:
+            continue
+        marks = [pytest.mark.skip(reason=f"not yet on Temporal: {NOT_YET[name]}")] if name in NOT_YET else []
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_catalogue_is_covered() -> None:
+    assert set(NOT_YET) | MANUAL <= set(SHIPPED)
+    assert load_transcript("interrupt-demo").spec.fences == []  # MANUAL: nothing orders it but a user
+
+
+@pytest.mark.parametrize("name", cases())
+async def test_a_shipped_transcript_gives_the_same_settlement_facts_on_both_engines(
+    client: Client, name: str, tmp_path: Path
+) -> None:
+    local, temporal = await both_engines(client, name, tmp_path)
+    assert temporal.result.violations == []
+    assert settlement_facts(temporal.flow) == settlement_facts(local)
+    assert temporal.flow == local
+    assert temporal.result.exit_code == 0
+
+
+async def test_background_settlement_notice_reaches_the_root_once_and_is_steered_into_its_turn(
+    client: Client, tmp_path: Path
+) -> None:
+    local, temporal = await both_engines(client, "background-settlement", tmp_path)
+    facts = settlement_facts(temporal.flow)
+    [notice] = facts["notices"]
+    assert notice == {"kind": "subagent-settled", "from": "S2", "to": "S1", "stopReason": "completed"}
+    assert facts["turn_ends"] == {"0": [{"kind": "completed"}], "0.1": [{"kind": "completed"}]}
+    assert temporal.result.output == "PARENT_RECEIVED_CHILD_RESULT"
