@@ -204,10 +204,11 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         agent.session.append("llm/retry", data)
 
     assembler = Assembler()
+    inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
     stream = agent.provider.stream(request, signal, on_retry)
     try:
         while True:
-            chunk = await _next_chunk(stream, signal)
+            chunk = await _next_chunk(stream, signal, inline_first)
             if chunk is None:
                 break
             signal.throw_if_aborted()
@@ -257,11 +258,13 @@ _END = object()  # the stream ended (StopAsyncIteration) during a read's first s
 def _first_step(stream: Any) -> tuple[bool, Any]:
     """Run the next read up to its first suspension, on this task; `(True, chunk)` if it finished.
 
-    Why: a provider whose chunks are already there (replay, a buffered SSE parse) finishes every
-    read without suspending, and racing such a read against the abort cost a task, a future and an
-    `asyncio.wait` per chunk (issue 13). A read that did not finish suspended on a future, which
-    `(False, (iterator, future))` hands to `_resume_read` to finish on its own task, raced as before.
-    Nothing else runs between the read's start and its end here, so nothing can abort in between.
+    Why: a replayed read finishes without suspending (the chunks are already there), and racing
+    such a read against the abort cost a task, a future and an `asyncio.wait` per chunk (issue 13).
+    A read that did not finish suspended on a future, which `(False, (iterator, future))` hands to
+    `_resume_read` to finish on its own task, raced as before. Nothing else runs between the read's
+    start and its end here, so nothing can abort in between. Only for providers that declare
+    `reads_move_between_tasks`: a read that enters task-bound state (httpx's anyio cancel scopes)
+    must start and end on one task.
     """
     it = stream.__anext__().__await__()
     try:
@@ -301,14 +304,18 @@ async def _resume_read(it: Any, yielded: Any) -> Any:
         return None
 
 
-async def _next_chunk(stream: Any, signal: AbortSignal) -> Any:
-    """Race the next chunk against the abort: an abandoned read never delays the turn's end."""
+async def _next_chunk(stream: Any, signal: AbortSignal, inline_first: bool = False) -> Any:
+    """Race the next chunk against the abort: an abandoned read never delays the turn's end.
+    With `inline_first`, the read starts on this task (`_first_step`)."""
     if signal.aborted:
         raise Aborted(signal.reason)
-    finished, value = _first_step(stream)
-    if finished:
-        return value
-    nxt: asyncio.Future[Any] = asyncio.ensure_future(_resume_read(*value))
+    if inline_first:
+        finished, value = _first_step(stream)
+        if finished:
+            return value
+        nxt: asyncio.Future[Any] = asyncio.ensure_future(_resume_read(*value))
+    else:
+        nxt = asyncio.ensure_future(anext(stream, None))
     waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
     try:
         done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
