@@ -344,7 +344,7 @@ def test_the_console_script_enables_the_collector_again_after_start_up(tmp_path,
     exit_code, stdout, stderr = python(code)
 
     assert (exit_code, stderr) == (0, "")
-    assert stdout.splitlines()[-1] == "gc True True (10000, 20, 20)"
+    assert stdout.splitlines()[-1] == "gc True True (10000, 5, 5)"
 
 
 def test_an_in_process_caller_keeps_its_collector(dsh, home):
