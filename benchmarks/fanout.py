@@ -97,7 +97,14 @@ def main() -> None:
         if args.profile:
             home = Path(tmp) / "home-profile"
             prof = Path(tmp) / "run.prof"
-            cmd = [sys.executable, "-m", "cProfile", "-o", str(prof), *command(args.profile, home)]
+            # The console script ends with `os._exit` (cli.fastpath.exit_promptly), which would lose
+            # cProfile's output: profile `entry` in-process with the prompt exit turned off.
+            runner = (
+                "import cProfile, sys; from dsh.cli import fastpath, main; "
+                "fastpath.exit_promptly = lambda exc: None; sys.argv = sys.argv[2:]; "
+                "cProfile.run('main.entry()', sys.argv.pop(0))"
+            )
+            cmd = [sys.executable, "-c", runner, "--", str(prof), *command(args.profile, home)]
             wall, _, _ = run_once(cmd, env)
             import pstats
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import types
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -202,10 +204,11 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         agent.session.append("llm/retry", data)
 
     assembler = Assembler()
+    inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
     stream = agent.provider.stream(request, signal, on_retry)
     try:
         while True:
-            chunk = await _next_chunk(stream, signal)
+            chunk = await _next_chunk(stream, signal, inline_first)
             if chunk is None:
                 break
             signal.throw_if_aborted()
@@ -249,11 +252,70 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     return {"kind": "completed"} if concluded else None
 
 
-async def _next_chunk(stream: Any, signal: AbortSignal) -> Any:
-    """Race the next chunk against the abort: an abandoned read never delays the turn's end."""
+_END = object()  # the stream ended (StopAsyncIteration) during a read's first step
+
+
+def _first_step(stream: Any) -> tuple[bool, Any]:
+    """Run the next read up to its first suspension, on this task; `(True, chunk)` if it finished.
+
+    Why: a replayed read finishes without suspending (the chunks are already there), and racing
+    such a read against the abort cost a task, a future and an `asyncio.wait` per chunk (issue 13).
+    A read that did not finish suspended on a future, which `(False, (iterator, future))` hands to
+    `_resume_read` to finish on its own task, raced as before. Nothing else runs between the read's
+    start and its end here, so nothing can abort in between. Only for providers that declare
+    `reads_move_between_tasks`: a read that enters task-bound state (httpx's anyio cancel scopes)
+    must start and end on one task.
+    """
+    it = stream.__anext__().__await__()
+    try:
+        yielded = it.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    except StopAsyncIteration:
+        return True, None
+    return False, (it, yielded)
+
+
+@types.coroutine
+def _forward(it: Any, yielded: Any) -> Generator[Any, Any, Any]:
+    """`yield from it` for an await-iterator that has already yielded `yielded` (`_first_step`)."""
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            it.close()
+            raise
+        except BaseException as exc:  # the task's cancellation (or a throw) goes to the read
+            try:
+                yielded = it.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            yielded = it.send(sent)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def _resume_read(it: Any, yielded: Any) -> Any:
+    try:
+        return await _forward(it, yielded)
+    except StopAsyncIteration:
+        return None
+
+
+async def _next_chunk(stream: Any, signal: AbortSignal, inline_first: bool = False) -> Any:
+    """Race the next chunk against the abort: an abandoned read never delays the turn's end.
+    With `inline_first`, the read starts on this task (`_first_step`)."""
     if signal.aborted:
         raise Aborted(signal.reason)
-    nxt: asyncio.Future[Any] = asyncio.ensure_future(anext(stream, None))
+    if inline_first:
+        finished, value = _first_step(stream)
+        if finished:
+            return value
+        nxt: asyncio.Future[Any] = asyncio.ensure_future(_resume_read(*value))
+    else:
+        nxt = asyncio.ensure_future(anext(stream, None))
     waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
     try:
         done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

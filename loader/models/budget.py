@@ -104,6 +104,8 @@ class BudgetedProvider:
         self.inner = inner
         self.budget = budget
         self.name: str = inner.name
+        # The wrapper's generator holds no task-bound state: its reads move as the inner's may.
+        self.reads_move_between_tasks: bool = getattr(inner, "reads_move_between_tasks", False) is True
 
     def __repr__(self) -> str:
         return f"BudgetedProvider({self.inner!r})"

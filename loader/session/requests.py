@@ -57,6 +57,26 @@ def tools_hash(tools: list[dict[str, Any]]) -> str:
     return _digest(json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
 
 
+_SHARED_TOOLS: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str]] = {}
+_SHARED_TOOLS_MAX = 64
+
+
+def _shared_tools_hash(tools: list[dict[str, Any]]) -> str:
+    """`tools_hash`, computed once per tool list for all sessions (issue 13: every child of a fan-out
+    hashed the same schemas, ~1.5% of the run). Keyed by the lists' names, descriptions and the
+    identity of their parameter schemas (`loop._schema` hands out one cached dict per model); a hit
+    still compares the lists with a stored copy, so a schema mutated in between gets its own hash."""
+    key = tuple((t.get("name"), t.get("description"), id(t.get("parameters"))) for t in tools)
+    hit = _SHARED_TOOLS.get(key)
+    if hit is not None and hit[0] == tools:
+        return hit[1]
+    digest = tools_hash(tools)
+    if len(_SHARED_TOOLS) >= _SHARED_TOOLS_MAX:
+        _SHARED_TOOLS.clear()
+    _SHARED_TOOLS[key] = (json.loads(json.dumps(tools)), digest)  # a copy: later mutation cannot match
+    return digest
+
+
 class RequestLog:
     """Writes the digest of each request of one session and remembers which values its log holds.
 
@@ -88,7 +108,7 @@ class RequestLog:
         if self._last_system is None or self._last_system[0] != system:
             self._last_system = (system, system_hash(system))
         if self._last_tools is None or self._last_tools[0] != tools:
-            self._last_tools = (tools, tools_hash(tools))
+            self._last_tools = (tools, _shared_tools_hash(tools))
         s_hash, t_hash = self._last_system[1], self._last_tools[1]
         if ("system", s_hash) not in self._known:
             self._session.append(SYSTEM, {"hash": s_hash, "text": system}, ignorable=True)

@@ -59,10 +59,18 @@ def _snapshot(data: Any) -> tuple[dict[str, Any], str]:
     return copied, text
 
 
+_TYPE_TEXT: dict[str, str] = {}  # event type -> its JSON text; the types are a small fixed set
+
+
 def _line(type: str, seq: int, time: int, data_text: str, ignorable: bool) -> bytes:
     """`encode_line(event)` from the data's text, without encoding the data again (issue 13)."""
     tail = ',"ignorable":true}' if ignorable else "}"
-    text = f'{{"type":{_encode(type)},"seq":{seq},"time":{time},"data":{data_text}{tail}'
+    type_text = _TYPE_TEXT.get(type)
+    if type_text is None:
+        type_text = _encode(type)
+        if len(_TYPE_TEXT) < 256:  # ignorable types are open-ended: bound the cache
+            _TYPE_TEXT[type] = type_text
+    text = f'{{"type":{type_text},"seq":{seq},"time":{time},"data":{data_text}{tail}'
     try:
         return text.encode("utf-8") + b"\n"
     except UnicodeEncodeError:  # lone surrogates: the escaped form, as `encode_line` writes it
@@ -164,7 +172,7 @@ class Session:
                 except Exception:
                     logger.exception("session %s: observer failed on seq %d", self.id, event["seq"])
                     continue
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):  # most observers return None
                     self._schedule(result, event)
         finally:
             self._publishing = False

@@ -480,7 +480,8 @@ def test_the_prompt_exit_steps_aside_when_a_flush_fails_or_the_code_is_a_message
 
 # -- the collector during start-up -----------------------------------------------------------------
 
-REPORT_GC = "import atexit, gc; atexit.register(lambda: print('gc', gc.isenabled(), gc.get_freeze_count() > 0))\n"
+REPORT_GC = ("import atexit, gc; atexit.register(lambda: print('gc', gc.isenabled(), gc.get_freeze_count() > 0, "
+             "gc.get_threshold()))\n")
 
 
 @pytest.mark.parametrize("argv", [
@@ -489,21 +490,22 @@ REPORT_GC = "import atexit, gc; atexit.register(lambda: print('gc', gc.isenabled
 ], ids=["run", "sessions"])
 def test_the_console_script_enables_the_collector_again_after_start_up(tmp_path, argv):
     """`pause_gc` holds the collector for the imports only: by the time the command works (and at
-    exit, where the atexit report runs) it is enabled again, with start-up's objects frozen."""
+    exit, where the atexit report runs) it is enabled again, with start-up's objects frozen and the
+    young generation's threshold raised (issue 13: the run's survivors are not re-traversed 400 times)."""
     argv = [a.format(home=tmp_path / "h") for a in argv]
     code = REPORT_GC + f"import sys; sys.argv = ['dsh', *{argv!r}]\nfrom cli.main import entry; entry()\n"
 
     exit_code, stdout, stderr = python(code)
 
     assert (exit_code, stderr) == (0, "")
-    assert stdout.splitlines()[-1] == "gc True True"
+    assert stdout.splitlines()[-1] == "gc True True (10000, 5, 5)"
 
 
 def test_an_in_process_caller_keeps_its_collector(dsh, home):
     import gc
 
-    frozen = gc.get_freeze_count()
+    frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
     result = dsh("run", "--transcript", "hello", "--home", home)
 
     assert result.exit_code == 0
-    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
+    assert (gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()) == (True, frozen, threshold)

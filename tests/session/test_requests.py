@@ -67,3 +67,25 @@ def test_record_stores_each_value_once_and_counts_a_resumed_logs_values() -> Non
     assert added[1:] == [("llm/request", None), ("llm/system", system_hash("S2")), ("llm/request", None)]
     assert all(e.get("ignorable") for e in session.events[len(events) + 2:])
     validate_log(session.events)
+
+
+def test_sessions_share_a_tool_lists_hash_but_a_schema_changed_in_place_gets_its_own() -> None:
+    """Issue 13: the hash of one tool list is computed once for every session that sends it; the
+    shared entry is keyed by the schema's identity and checked against a copy, so the same schema
+    object mutated in between (equal names, descriptions and identity) is hashed again."""
+    schema: dict[str, Any] = {"type": "object", "properties": {"label": {"type": "string"}}}
+    tools = [{"name": "spawn", "description": "d", "parameters": schema}]
+
+    def recorded_hash(session_id: str) -> str:
+        session = Session(make_header(session_id))
+        session.append("turn/start", {"turn": 1})
+        session.append("step/start", {"turn": 1, "step": 1})
+        digest = RequestLog(session).record(turn=1, step=1, model="m", system="S", tools=tools, message_count=0)
+        [defined] = [e["data"]["hash"] for e in session.events if e["type"] == "llm/tools"]
+        assert defined == digest["toolsHash"]
+        return str(digest["toolsHash"])
+
+    before = tools_hash(tools)
+    assert recorded_hash("session-a") == recorded_hash("session-b") == before
+    schema["properties"]["label"]["type"] = "integer"  # the same dict object, new content
+    assert recorded_hash("session-c") == tools_hash(tools) != before
