@@ -183,14 +183,18 @@ def drive(path: str, root: str, clients: range, start_at: float, stop_at: float,
         live += 1
         sel.register(sock, selectors.EVENT_READ, c)
 
-    def finish(c: _Client, lost: str | None) -> None:
+    def close(c: _Client) -> None:
         nonlocal live
         assert c.sock is not None
-        if not keep or lost is not None or time.monotonic() >= stop_at:
-            sel.unregister(c.sock)
-            c.sock.close()
-            c.sock = None
-            live -= 1
+        sel.unregister(c.sock)
+        c.sock.close()
+        c.sock = None
+        live -= 1
+
+    def finish(c: _Client, lost: str | None) -> None:
+        assert c.sock is not None
+        if not keep or lost is not None:
+            close(c)
         if lost is not None:
             outcome[lost] += 1
             return
@@ -237,6 +241,8 @@ def drive(path: str, root: str, clients: range, start_at: float, stop_at: float,
                         continue
             if time.monotonic() < stop_at:
                 begin(c)
+            elif c.sock is not None:  # `keep`: the run is over, so is this client's connection
+                close(c)
     for key in list(sel.get_map().values()):
         finish(key.data, "lost (no answer within the timeout)")
     usage = resource.getrusage(resource.RUSAGE_SELF)

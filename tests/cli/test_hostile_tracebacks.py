@@ -8,6 +8,11 @@ over-long session ids.
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +93,44 @@ def test_a_read_only_home_is_refused_for_a_run_and_still_listed(dsh, tmp_path):
     assert ran.exit_code == 2
     assert one_line(ran) == f"dsh: cannot write under {home}; give --home (or DSH_HOME) a writable directory\n"
     assert (listed.exit_code, listed.stderr) == (0, "")
+
+
+def _read_only_mount_runs(home: Path, *commands: list[str]) -> list[subprocess.CompletedProcess[str]] | None:
+    """Run each `dsh` command with `home` bind-mounted read-only in a private mount namespace (how
+    root gets a home it cannot write); None when this machine does not allow that."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    mount = f"mount --bind {shlex.quote(str(home))} {shlex.quote(str(home))} && mount -o remount,bind,ro {shlex.quote(str(home))}"
+    probe = subprocess.run([unshare, "-m", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None
+    dsh = str(Path(sys.executable).with_name("dsh"))
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "DSH_HOME", "DSH_PROFILE")}
+    return [
+        subprocess.run([unshare, "-m", "sh", "-c", f"{mount} && exec {shlex.join([dsh, *command])}"],
+                       capture_output=True, text=True, env=env, timeout=120)
+        for command in commands
+    ]
+
+
+def test_a_read_only_mounted_home_is_refused_for_a_run_and_still_listed(tmp_path):
+    """The same rule for any user, root included: a home on a read-only mount (EROFS, which no
+    permission bit can grant) refuses the run in one line, exit 2, and still lists its sessions."""
+    home = tmp_path / "h"
+    (home / "sessions").mkdir(parents=True)
+    home.chmod(0o700)
+    runs = _read_only_mount_runs(home, ["run", "--transcript", "background-settlement", "--home", str(home)],
+                                 ["sessions", "list", "--home", str(home)])
+    if runs is None:
+        pytest.skip("no private mount namespace here (`unshare -m` and a read-only bind mount are not allowed)")
+    ran, listed = runs
+
+    assert (ran.returncode, ran.stdout) == (2, ""), ran.stderr
+    assert ran.stderr == f"dsh: cannot write under {home}; give --home (or DSH_HOME) a writable directory\n"
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert listed.stdout.split() == ["ID", "CREATED", "STATE", "LAST", "STOP", "TURNS", "LABEL", "TASK"]
+    assert sorted(p.name for p in home.rglob("*")) == ["sessions"]  # nothing was written
 
 
 @pytest.mark.parametrize("command", ["show", "tree"])
