@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,9 @@ class MovableProvider(BlockingProvider):
 
     async def _stream(self) -> AsyncIterator[Any]:
         self.read_tasks.append(asyncio.current_task())
-        yield TextDelta(self.prefix)
-        self.reading.set()
-        try:
-            await self.blocked
-        except asyncio.CancelledError:
-            self.read_cancelled.set()
-            if self.on_read_cancelled is not None:
-                self.on_read_cancelled()
-            raise
+        async with aclosing(super()._stream()) as blocking:  # the prefix, then the blocked read
+            async for chunk in blocking:
+                yield chunk
         self.read_tasks.append(asyncio.current_task())
         if self.rest is not None:
             yield TextDelta(self.rest)
@@ -85,7 +80,7 @@ async def test_a_ready_chunk_is_read_on_the_driver_and_a_suspended_read_finishes
 
 async def test_a_provider_that_does_not_declare_it_reads_on_a_task_of_its_own(home):
     class Pinned(MovableProvider):
-        reads_move_between_tasks = False
+        reads_move_between_tasks = True
 
     provider = Pinned()
     agent, driver = await start(home, provider)
