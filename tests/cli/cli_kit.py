@@ -189,13 +189,18 @@ HANGING_CHILD = {
 }
 
 
+def first_child(run: Any) -> tuple[str, str]:
+    """`(root, child)` of the first child a live run starts, from its `subagent/start` lifecycle record."""
+    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
+    return start["parentSessionId"], start["sessionId"]
+
+
 def start_hanging_child(live_run: Any, home: Path, tmp_path: Path) -> tuple[Any, str, str]:
     """A live run whose root finished turn 1 while its background child hangs in its first request
     (the fence makes the root's `turn/end` imply the hang)."""
     script = transcript(tmp_path, "hanging-child", HANGING_CHILD, fences=hold_until_hang("worker"))
     run = live_run("--transcript", script, "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
+    root, child = first_child(run)
     run.wait_event(child, "step/start", turn=1, step=1)
     run.wait_event(root, "turn/end", turn=1)
     return run, root, child

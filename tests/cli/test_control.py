@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_kit import hold_until_hang, log_events, run_dsh, spawn, texts_of, transcript
+from cli_kit import first_child, hold_until_hang, log_events, run_dsh, spawn, texts_of, transcript
 
 from dsh.loader.texts import render
 
@@ -153,8 +153,7 @@ def test_m107_interrupt_from_a_second_process_stops_the_child_and_keeps_its_queu
     The root's answer is unaffected: exit 0, `ROOT_DONE`."""
     script = transcript(tmp_path, "parked-followup", PARKED_FOLLOWUP, fences=hold_until_hang("worker"))
     run = live_run("--transcript", script, "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
+    root, child = first_child(run)
     run.wait_event(child, "turn/start", turn=1)
     run.wait_event(child, "step/start", turn=1, step=1)
     run.wait_event(child, "user/message")  # the prompt entered the step: next is the hanging request

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_kit import LiveRun, hold_until_hang, run_dsh, spawn, transcript
+from cli_kit import LiveRun, first_child, hold_until_hang, run_dsh, spawn, transcript
 from fuzz_kit import any_text
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,8 +35,7 @@ def served():
     script = transcript(scratch, "fuzz-rpc", HANGING_CHILD, fences=hold_until_hang("worker"))
     run = LiveRun(["--transcript", str(script), "--home", str(home)])
     try:
-        start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-        root, child = start["parentSessionId"], start["sessionId"]
+        root, child = first_child(run)
         run.wait_event(root, "turn/end", turn=1)
         yield str(socket_path(home, root))
         stopped = run_dsh("interrupt", f"{root}/{child}", "--home", home)

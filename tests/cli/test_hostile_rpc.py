@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import socket
 
-from cli_kit import hold_until_hang, run_dsh, spawn, transcript
+from cli_kit import first_child, hold_until_hang, run_dsh, spawn, transcript
 
 from dsh.loader.host import socket_path
 
@@ -45,8 +45,7 @@ def _exchange(path: str, frame: bytes) -> bytes:
 def test_hostile_frames_reach_neither_the_run_nor_its_stderr(live_run, home, tmp_path):
     script = transcript(tmp_path, "hostile-rpc", HANGING_CHILD, fences=hold_until_hang("worker"))
     run = live_run("--transcript", script, "--home", home)
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
+    root, child = first_child(run)
     run.wait_event(root, "turn/end", turn=1)  # the fence: the child's hang was reached
     path = str(socket_path(home, root))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cli_kit import run_dsh, spawn, transcript, write_yaml
+from cli_kit import first_child, run_dsh, spawn, transcript, write_yaml
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
@@ -76,16 +76,22 @@ def test_every_record_of_every_shipped_transcript_validates(name, home, validato
     assert init["profile"] == "test" and init["model"] == final["model"] == "replay"
 
 
+def interrupt_the_hanging_child(run: Any, home: Path) -> tuple[str, str]:
+    """Once the first child hangs in its request and the root has ended turn 1, stop the child's
+    turn from a second process, as a person would; returns `(root, child)`."""
+    root, child = first_child(run)
+    run.wait_event(child, "user/message")
+    run.wait_event(root, "turn/end", turn=1)
+    assert run_dsh("interrupt", f"{root}/{child}", "--home", home).returncode == 0
+    return root, child
+
+
 def test_the_interactive_transcript_waits_on_its_parked_child_then_validates(live_run, home, validator):
     """`interrupt-demo` under `--parked wait`: once the child's turn is stopped from a second process,
     the child parks with its queued message and the run emits one `waiting` record whose address
     and command `dsh send` accepts; the first SIGINT then ends the run (exit 130). All valid."""
     run = live_run("--transcript", INTERACTIVE, "--home", home, "--parked", "wait")
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "user/message")
-    run.wait_event(root, "turn/end", turn=1)
-    assert run_dsh("interrupt", f"{root}/{child}", "--home", home).returncode == 0
+    root, child = interrupt_the_hanging_child(run, home)
 
     waiting = run.wait_for(lambda r: r["type"] == "waiting", "the waiting record")
     [entry] = waiting["parked"]
@@ -121,11 +127,7 @@ def test_parked_wait_keeps_the_run_until_a_person_sends_with_the_waiting_command
     notice opens a root turn, and the run ends by itself (exit 0) with nothing released."""
     script = transcript(tmp_path, "resumable", RESUMABLE)
     run = live_run("--transcript", script, "--home", home, "--parked", "wait")
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "user/message")
-    run.wait_event(root, "turn/end", turn=1)
-    assert run_dsh("interrupt", f"{root}/{child}", "--home", home).returncode == 0
+    root, child = interrupt_the_hanging_child(run, home)
     waiting = run.wait_for(lambda r: r["type"] == "waiting", "the waiting record")
 
     command = [arg if arg != "MESSAGE" else "MORE" for arg in shlex.split(waiting["parked"][0]["send"])]
@@ -145,11 +147,7 @@ def test_parked_release_ends_the_run_and_the_result_lists_the_released_child(liv
         "worker": {"spawnedBy": "start-worker", "replies": [{"hang": {"text": "partial"}}]},
     })
     run = live_run("--transcript", script, "--home", home, "--parked", "release")
-    start = run.wait_for(lambda r: r["type"] == "lifecycle" and r["name"] == "subagent/start", "subagent/start")
-    root, child = start["parentSessionId"], start["sessionId"]
-    run.wait_event(child, "user/message")
-    run.wait_event(root, "turn/end", turn=1)
-    assert run_dsh("interrupt", f"{root}/{child}", "--home", home).returncode == 0
+    root, child = interrupt_the_hanging_child(run, home)
 
     assert run.finish() == 0
     assert_contract(run.records, validator)
