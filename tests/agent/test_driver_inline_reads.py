@@ -80,7 +80,7 @@ async def test_a_ready_chunk_is_read_on_the_driver_and_a_suspended_read_finishes
 
 async def test_a_provider_that_does_not_declare_it_reads_on_a_task_of_its_own(home):
     class Pinned(MovableProvider):
-        reads_move_between_tasks = True
+        reads_move_between_tasks = False
 
     provider = Pinned()
     agent, driver = await start(home, provider)
