@@ -84,6 +84,10 @@ HomeOption = Annotated[Optional[Path], typer.Option(
     "--home", metavar="DIR", help="Storage root." + default(HOME_DEFAULT))]
 AddressArgument = Annotated[str, typer.Argument(
     metavar="ADDRESS", help="<parentSessionId>/<childSessionId>, as the live tree and `sessions tree` show it.")]
+ControlEngineOption = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="NAME",
+    help="Where the run lives: local (its socket) or temporal (its workflows, through temporal.address). "
+    "Default: the socket, then the configured engine.")]
 
 
 def _version(value: bool) -> None:
@@ -108,9 +112,9 @@ app.command("run", epilog=EPILOGS["run"])(run.run)
 
 
 @app.command("interrupt", epilog=EPILOGS["interrupt"])
-def interrupt(address: AddressArgument, home: HomeOption = None) -> None:
+def interrupt(address: AddressArgument, home: HomeOption = None, engine: ControlEngineOption = None) -> None:
     """Stop a background subagent's current turn; its queued messages are kept."""
-    control.interrupt(address, home)
+    control.interrupt(address, home, engine)
 
 
 @app.command("send", epilog=EPILOGS["send"])
@@ -118,9 +122,10 @@ def send(
     address: AddressArgument,
     message: Annotated[str, typer.Argument(metavar="MESSAGE", help="The message for the subagent.")],
     home: HomeOption = None,
+    engine: ControlEngineOption = None,
 ) -> None:
     """Queue a follow-up for a background subagent of a live run; prints the message id."""
-    control.send(address, message, home)
+    control.send(address, message, home, engine)
 
 
 app.command("flow", epilog=EPILOGS["flow"])(flow.flow)

@@ -108,6 +108,11 @@ class Fences:
         if a is not None and isinstance(agent.phase, Idle) and a.accepted:
             self._record(agent.id, "parked")
 
+    def note_parked(self, session_id: str) -> None:
+        """An engine that knows parking without this tree's manager (the Temporal turn, whose
+        manager holds no Activation) records the fact itself."""
+        self._record(session_id, "parked")
+
     def _on_settled(self, edge: dict[str, Any]) -> None:
         self._record(edge["sessionId"], "settled", int(edge.get("epoch") or 0))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "temporal"))
 
-TRANSCRIPTS = ["hello", "background-settlement", "report-then-settle"]
+TRANSCRIPTS = ["hello", "background-settlement", "report-then-settle", "interrupt-parked-resume", "followups-checkpoint-failure"]
 
 
 async def main() -> None:

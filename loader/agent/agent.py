@@ -243,10 +243,12 @@ class Agent:
         return result
 
     # -- dispose (§6.4) -------------------------------------------------------------------
-    def dispose(self) -> asyncio.Future[None]:
-        """Memoized: every caller awaits the same future."""
+    def dispose(self, *, keep_inbox: bool = False) -> asyncio.Future[None]:
+        """Memoized: every caller awaits the same future. `keep_inbox`: only this process lets the
+        agent go, not the conversation (the Temporal turn activity: its queued work is the next
+        turn's, rebuilt from the log), so pending work is not discarded."""
         if self._disposal is None:
-            self.cancel({"kind": "disposed"})
+            self.cancel({"kind": "disposed"}, keep_inbox=keep_inbox)
             self._disposal = asyncio.ensure_future(self._dispose())
         return self._disposal
 

@@ -54,7 +54,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
         max_steps_per_turn=config.agent.max_steps_per_turn, max_tokens=config.model.max_tokens,
         temperature=config.model.temperature, max_depth=config.subagents.max_depth,
         report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
-        fsync=config.persistence.fsync, task_queue=task_queue,
+        fsync=config.persistence.fsync, task_queue=task_queue, parked=config.run.parked,
     )
 
 
@@ -73,7 +73,10 @@ async def submit(client: Client, request: RunRequest, task_queue: str) -> TreeRe
     spec = run_spec(request, root_id, task_queue)
     tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
                      cwd=os.getcwd())
-    return await client.execute_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
+    handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
+    if request.sinks.on_started is not None:
+        request.sinks.on_started(root_id)  # as run_tree: who waits for the run learns its root
+    return await handle.result()
 
 
 async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None) -> RunResult:
@@ -98,6 +101,7 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         violations=violations,
         error=error,
         model="replay",
+        released=list(result.released),
         duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
 

@@ -3,13 +3,17 @@
 `run_turn` rebuilds the agent from its JSONL log (the projection: this is what writes it), binds the
 transcript at the cursor the log shows, installs the fences, sends the turn's deliveries, feeds it
 whatever the workflow accepts meanwhile and returns once the agent is idle. It knows Temporal only
-through `WorkflowLink` (worker.py implements it), so it imports no temporalio.
+through `WorkflowLink` (backends.py; worker.py implements it), so it imports no temporalio.
 
 Invariants:
 - a delivery whose message id the log already holds is counted as taken and not sent again (a
   retried turn after a worker died), so each accepted message enters the inbox once;
 - `taken` counts exactly the deliveries sent (or skipped as held): one the poll fetched but the turn
-  never applied stays pending in the workflow for the next turn.
+  never applied stays pending in the workflow for the next turn;
+- an interrupt is applied once, between the deliveries it arrived between (`InterruptAt.at`), as
+  the core's own `agent.cancel(cause, keep_inbox=True)` (SPEC §10);
+- `parked` in the result lists the waking messages (this turn's or an earlier turn's) still queued
+  when the agent went idle: the workflow keeps such a child resident and runs no turn for it.
 """
 
 from __future__ import annotations
@@ -18,18 +22,18 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
-from dsh.loader.agent import Message, Tool, ToolExec, ToolOutput, user_message
-from dsh.loader.engines.wire import Delivery, RunSpec, StartChild, TreeInput, TurnInput, TurnResult
-from dsh.loader.errors import ConfigError, SubagentError
+from dsh.loader.agent import Message
+from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, not_yet, plain
+from dsh.loader.engines.wire import Delivery, InterruptAt, PollReply, RunSpec, TreeInput, TurnInput, TurnResult
+from dsh.loader.errors import ConfigError
 from dsh.loader.fences import Fact, Fences
-from dsh.loader.ids import new_child_id
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
 from dsh.loader.session import Session, make_header
-from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, report_message, settlement_message
+from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
 from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.texts import render
@@ -39,18 +43,6 @@ from dsh.loader.tree import Tree
 __all__ = ["WorkflowLink", "run_turn"]
 
 logger = logging.getLogger(__name__)
-
-
-class WorkflowLink(Protocol):
-    """What a turn asks of the workflow that runs it (the two updates, and the heartbeat)."""
-
-    async def poll(self, after: int) -> list[Delivery]: ...
-    async def start_child(self, request: StartChild) -> None: ...
-    async def report(self, delivery: Delivery) -> None: ...
-    def heartbeat(self) -> None: ...
-    # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
-    async def publish_facts(self, facts: list[list[Any]]) -> None: ...
-    async def facts_after(self, after: int) -> list[list[Any]]: ...
 
 
 class _Heartbeating:
@@ -68,37 +60,6 @@ class _Heartbeating:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-
-class _WorkflowDelegation:
-    """`subagent` (background) on Temporal: the same ids, descriptor and prompt message the manager
-    would make, handed to the workflow, which starts the child workflow (update `start_child`)."""
-
-    def __init__(self, link: WorkflowLink, config: ManagerConfig) -> None:
-        self.link = link
-        self.config = config
-
-    async def start_continuable(
-        self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
-    ) -> tuple[str, str]:
-        signal.throw_if_aborted()
-        depth = self.config.child_depth(parent)
-        child_id = new_child_id()
-        descriptor = self.config.descriptor("continuable", label, spawn_call_id)
-        message = user_message(prompt, {"kind": "user"})
-        await self.link.start_child(
-            StartChild(child_id=child_id, descriptor=descriptor, prompt=_plain(message), depth=depth)
-        )
-        return child_id, str(message["id"])
-
-    async def report(self, child: Agent, content: str, signal: AbortSignal) -> str:
-        """`report_from` on Temporal: the same message, relayed by this child's workflow to its
-        parent's; `reportDelivery` picks steer (wakeup) or inject (quiet) as it does locally."""
-        signal.throw_if_aborted()
-        message = report_message(child.id, content)
-        send: Literal["steer", "inject"] = "inject" if self.config.report_delivery == "quiet" else "steer"
-        await self.link.report(Delivery(_plain(message), send=send))
-        return str(message["id"])
 
 
 class _Board:
@@ -140,28 +101,6 @@ async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
         logger.warning("a long-poll of %s failed: %r", agent_id, outcome)
 
 
-# Tools whose Temporal half is a later slice (README "Not yet"): same name, description and schema
-# for the model, so its requests are the local engine's, but a typed error instead of reaching
-# the turn's in-process manager, which holds no other agent of the tree.
-NOT_YET = frozenset({"send_message", "interrupt_agent", "list_agents"})
-
-
-class _NotYet:
-    def __init__(self, tool: Tool) -> None:
-        self.name = tool.name
-        self.description = tool.description
-        self.parameters = tool.parameters
-        self.concurrency_safe = tool.concurrency_safe
-        self.system_section = tool.system_section
-
-    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
-        raise SubagentError("ENGINE_UNSUPPORTED", render("T-ENGINE-UNSUPPORTED", what=f"the {self.name} tool"))
-
-
-def _not_yet(agent: Agent) -> None:
-    agent.tools = [_NotYet(t) if t.name in NOT_YET else t for t in agent.tools]
-
-
 def _provider(run: RunSpec) -> ReplayProvider:
     if run.transcript is None:
         raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
@@ -186,7 +125,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
         batch_delay_ms=run.batch_delay_ms,
         fsync=run.fsync,
         inline_io=True,  # replay: the order is the transcript's alone (SPEC §26 item 1)
-        delegation=_WorkflowDelegation(link, manager_config),
+        delegation=WorkflowDelegation(link, manager_config, run.root_id, bind=provider.bind_child),
     )
     fences: Fences | None = None
     script = provider.transcript
@@ -194,14 +133,20 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=run.fence_timeout)
         fences.install()
     tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
-    tree.agent_hooks.append(_not_yet)
+    tree.agent_hooks.append(not_yet)
     agent = await _open_agent(tree, provider, who)
+    for child in spec.children:  # `{{child:...}}` of the children this workflow run started
+        provider.bind_child(child.child_id, child.descriptor)
     taken = 0
+    applied = 0  # interrupts of this turn applied (Poll.interrupts)
+    waking = set(spec.parked)
 
     def deliver(d: Delivery) -> None:
         nonlocal taken
         taken += 1
         link.heartbeat()
+        if d.waking:
+            waking.add(str(d.message["id"]))
         if session_holds_message(agent.session, str(d.message["id"])):
             return  # a retried turn: this one is in the log already
         # A notice is steered into a running agent and wakes an idle one (notice.deliver_live).
@@ -213,20 +158,41 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
         else:
             agent.followup(message)
 
+    def cancel(at: InterruptAt) -> None:
+        nonlocal applied
+        applied += 1
+        agent.cancel(cast(Any, at.cause), keep_inbox=True)  # §10.3: queued work stays, parked
+
+    def apply(reply: PollReply) -> None:
+        base = spec.offset + taken
+        interrupts = list(reply.interrupts)
+        for k, d in enumerate(reply.deliveries):
+            while interrupts and interrupts[0].at <= base + k:
+                cancel(interrupts.pop(0))
+            deliver(d)
+        for at in interrupts:
+            cancel(at)
+
     async def poll() -> None:
         while True:
-            for d in await link.poll(spec.offset + taken):
-                deliver(d)
+            apply(await link.poll(spec.offset + taken, applied))
 
     board = _Board(fences, link) if fences is not None and run.fences else None
     pollers: list[asyncio.Task[None]] = []
     try:
         if board is not None:
             pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
+        if spec.release:
+            # The tree releases this child (drain, §17.2): the disposal's cancel first, clearing its
+            # queue as canceled splices; what arrives after it (notices) is injected, unread.
+            agent.cancel({"kind": "parent"})
         for d in spec.deliveries:
             deliver(d)
         pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()
+        parked = [str(m["id"]) for items in agent.inbox.lists.values() for m in items if str(m["id"]) in waking]
+        if parked and fences is not None and not spec.release:
+            fences.note_parked(agent.id)
     finally:
         try:
             for poller in pollers:
@@ -236,8 +202,9 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
             if fences is not None:
                 fences.release()
         finally:
-            await agent.dispose()
+            await agent.dispose(keep_inbox=True)  # queued (parked) work stays for the next turn
     result = _result(agent.session, who, taken)
+    result.parked = [] if spec.release else parked
     result.agent_key = provider.agent_key_of(agent.id)
     result.violations = [dict(v) for v in provider.violations]
     if fences is not None:
@@ -284,9 +251,4 @@ def _result(session: Session, who: TreeInput, taken: int) -> TurnResult:
         who.session_id, stop_reason, final_output(suffix), epoch=who.epoch,
         detail=settlement_detail(stop_reason, suffix),
     )
-    return TurnResult(taken=taken, stop_reason=stop_reason, notice=_plain(notice))
-
-
-def _plain(message: Message) -> dict[str, Any]:
-    """A message as the wire's JSON dict (a TypedDict is one already, typed narrower)."""
-    return dict(message)
+    return TurnResult(taken=taken, stop_reason=stop_reason, notice=plain(notice))

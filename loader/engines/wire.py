@@ -12,7 +12,16 @@ from typing import Any, Literal
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
+    "Answer",
+    "ChildRef",
+    "ChildState",
+    "Interrupt",
+    "InterruptAt",
+    "MessageChild",
     "Poll",
+    "PollReply",
+    "ResumeCheck",
+    "ResumeFound",
     "TURN_TIMEOUT",
     "Delivery",
     "RunSpec",
@@ -21,6 +30,7 @@ __all__ = [
     "TreeResult",
     "TurnInput",
     "TurnResult",
+    "agent_workflow_id",
     "child_workflow_id",
 ]
 
@@ -33,6 +43,11 @@ TURN_TIMEOUT = timedelta(hours=1)
 def child_workflow_id(root_id: str, child_id: str) -> str:
     """Issue 12 item 2: a continuable child's runs live under `<root>/<child>`."""
     return f"{root_id}/{child_id}"
+
+
+def agent_workflow_id(root_id: str, session_id: str) -> str:
+    """The workflow of any agent of the tree: the root's id is the root session id."""
+    return root_id if session_id == root_id else child_workflow_id(root_id, session_id)
 
 
 @dataclass
@@ -56,6 +71,7 @@ class RunSpec:
     batch_delay_ms: int = 0
     fsync: bool = False
     task_queue: str = "dsh"
+    parked: str = "wait"  # run.parked (SPEC §17.2): what a stalled tree does, `wait` or `release`
 
 
 @dataclass
@@ -84,6 +100,15 @@ class TreeInput:
     descriptor: dict[str, Any] | None = None
     epoch: int | None = None
     cwd: str | None = None
+    ancestors: list[str] = field(default_factory=list)  # the live lineage above: interrupt authority (§10.2)
+
+
+@dataclass
+class ChildRef:
+    """A child this workflow run started or resumed: each turn binds it for `{{child:...}}`."""
+
+    child_id: str
+    descriptor: dict[str, Any]
 
 
 @dataclass
@@ -102,15 +127,90 @@ class TurnInput:
     deliveries: list[Delivery]
     offset: int  # index of deliveries[0] in the workflow's list: the long-poll continues from here
     seq: int = 0  # which turn activity of this run: a poll of an ended turn returns at once
+    parked: list[str] = field(default_factory=list)  # waking messages the last turn left queued (§10.3)
+    children: list[ChildRef] = field(default_factory=list)
+    release: bool = False  # the tree releases parked work: cancel the agent, clearing its inbox (§17.2)
 
 
 @dataclass
 class Poll:
-    """The turn activity's long-poll (update `deliveries_after`): deliveries past `after`, or none
-    once turn `seq` has ended."""
+    """The turn activity's long-poll (update `deliveries_after`): deliveries past `after` and
+    interrupts past the `interrupts` this turn applied, or none once turn `seq` has ended."""
 
     seq: int
     after: int
+    interrupts: int = 0
+
+
+@dataclass
+class InterruptAt:
+    """An interrupt of turn `seq`, accepted after `at` deliveries: the turn applies it between
+    the deliveries it arrived between, so a follow-up sent before it is kept parked (§10.3) and
+    one sent after it resumes the queue."""
+
+    at: int
+    cause: dict[str, Any]
+
+
+@dataclass
+class PollReply:
+    deliveries: list[Delivery] = field(default_factory=list)
+    interrupts: list[InterruptAt] = field(default_factory=list)
+
+
+@dataclass
+class Interrupt:
+    """An interrupt request (SPEC §10.1): `parent` from `interrupt_agent` (`caller` is the live
+    ancestor's id), `user` from `dsh interrupt` (`caller` is the parent address presented)."""
+
+    kind: Literal["parent", "user"]
+    caller: str
+
+
+@dataclass
+class MessageChild:
+    """`send_message` (or `dsh send`) to a child of the workflow's agent (update `message_child`)."""
+
+    child_id: str
+    message: dict[str, Any]
+
+
+@dataclass
+class Answer:
+    """An update's outcome: `status`, or a typed refusal the caller raises as a `SubagentError`
+    (`code`, and `text`: the texts.py id; workflow code renders nothing)."""
+
+    status: str = ""
+    code: str | None = None
+    text: str = ""
+
+
+@dataclass
+class ResumeCheck:
+    """The cold-resume header checks (§8.7), read-only, in activity `dsh.resume_check`."""
+
+    home: str
+    parent_id: str
+    child_id: str
+
+
+@dataclass
+class ResumeFound:
+    code: str | None = None
+    text: str = ""
+    descriptor: dict[str, Any] | None = None
+    depth: int = 0
+    epoch: int = 1
+
+
+@dataclass
+class ChildState:
+    """A child tells its parent whether it is stalled (idle, nothing pending, parked or waiting
+    only on stalled children: §17.2), with the parked agents below and including it."""
+
+    child_id: str
+    stalled: bool
+    parked: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +223,7 @@ class TurnResult:
     violations: list[dict[str, Any]] = field(default_factory=list)
     fences_engaged: list[bool] = field(default_factory=list)
     agent_key: str | None = None  # the transcript script this session is bound to
+    parked: list[str] = field(default_factory=list)  # waking messages still queued in an idle agent
 
 
 @dataclass
@@ -138,3 +239,4 @@ class TreeResult:
     fences_engaged: list[bool] = field(default_factory=list)
     agent_key: str | None = None
     epoch: int | None = None
+    released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)

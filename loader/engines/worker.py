@@ -14,23 +14,46 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
+from dsh.loader.engines.control import interrupt_workflow
 from dsh.loader.engines.turn import run_turn
-from dsh.loader.engines.wire import Delivery, Poll, StartChild, TreeResult, TurnInput, TurnResult
+from dsh.loader.engines.wire import (
+    Answer,
+    Delivery,
+    Interrupt,
+    MessageChild,
+    Poll,
+    PollReply,
+    ResumeCheck,
+    ResumeFound,
+    StartChild,
+    TreeResult,
+    TurnInput,
+    TurnResult,
+)
 from dsh.loader.engines.workflow import AgentWorkflow
 
 __all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
 
 
 class _Link:
-    def __init__(self, handle: WorkflowHandle[AgentWorkflow, TreeResult], root: WorkflowHandle[AgentWorkflow, TreeResult],
-                 seq: int) -> None:
+    def __init__(self, client: Client, handle: WorkflowHandle[AgentWorkflow, TreeResult],
+                 root: WorkflowHandle[AgentWorkflow, TreeResult], seq: int) -> None:
+        self.client = client
         self.handle = handle
         self.root = root
         self.seq = seq
 
-    async def poll(self, after: int) -> list[Delivery]:
-        return await self.handle.execute_update(AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after))
+    async def poll(self, after: int, interrupts: int) -> PollReply:
+        return await self.handle.execute_update(
+            AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after, interrupts=interrupts))
+
+    async def message_child(self, request: MessageChild) -> Answer:
+        return await self.handle.execute_update(AgentWorkflow.message_child, request)
+
+    async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
+        return await interrupt_workflow(self.client, self.root.id, target, request)
 
     async def start_child(self, request: StartChild) -> None:
         await self.handle.execute_update(AgentWorkflow.start_child, request)
@@ -60,15 +83,21 @@ class TurnActivities:
         assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
         handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
-        return await run_turn(spec, _Link(handle, root, spec.seq))
+        return await run_turn(spec, _Link(self.client, handle, root, spec.seq))
+
+    @activity.defn(name="dsh.resume_check")
+    async def resume_check(self, check: ResumeCheck) -> ResumeFound:
+        """The cold-resume header checks (backends.resume_check), off the event loop."""
+        return await asyncio.to_thread(resume_check, check)
 
 
 def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100) -> Worker:
+    activities = TurnActivities(client)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
-        activities=[TurnActivities(client).turn],
+        activities=[activities.turn, activities.resume_check],
         max_concurrent_activities=max_concurrent_activities,
     )
 

@@ -9,13 +9,21 @@ Invariants:
   `_handed` counts the prefix some turn activity has taken. Pending = `_deliveries[_handed:]`.
 - one turn activity at a time (`_turn_seq` is the running one's number, `_ended` the count of ended
   ones), so the long-poll of an ended turn returns at once and never holds the workflow open;
-- a child is resident from `start_child` until its result (the settlement notice) is appended to
-  `_deliveries`, once: a child workflow's result is recorded once in this history.
+- a child is resident from `start_child` (or a cold resume in `message_child`) until its result
+  (the settlement notice) is appended to `_deliveries`, once: a child workflow's result is recorded
+  once in this history;
+- `_interrupts[seq]` lists the interrupts accepted for turn `seq` in arrival order; each is handed
+  to that turn once (the poll counts what the turn applied);
+- `_parked` is the last turn's queued waking work: non-empty means parked (SPEC §10.3), so this run
+  neither settles nor starts a turn until a waking delivery arrives or the tree releases it;
+- `_told_stalled` is what the parent last heard from `_stall_report` (children only), so a change
+  is signalled once and an unchanged state costs no history event.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -25,19 +33,31 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
         HEARTBEAT_TIMEOUT,
         TURN_TIMEOUT,
+        Answer,
+        ChildRef,
+        ChildState,
         Delivery,
+        Interrupt,
+        InterruptAt,
+        MessageChild,
         Poll,
+        PollReply,
+        ResumeCheck,
+        ResumeFound,
         StartChild,
         TreeInput,
         TreeResult,
         TurnInput,
         TurnResult,
+        agent_workflow_id,
         child_workflow_id,
     )
 
 __all__ = ["AgentWorkflow"]
 
 TURN_ACTIVITY = "dsh.turn"
+RESUME_ACTIVITY = "dsh.resume_check"
+RESUME_TIMEOUT = timedelta(seconds=30)
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
@@ -50,6 +70,7 @@ class AgentWorkflow:
         self._handed = 0
         self._turn_seq = -1
         self._ended = 0
+        self._running = False
         self._resident: dict[str, asyncio.Task[None]] = {}
         self._input: TreeInput | None = None
         self._violations: list[dict[str, Any]] = []
@@ -60,6 +81,14 @@ class AgentWorkflow:
         self._facts: list[list[Any]] = []
         self._seen_facts: set[tuple[Any, ...]] = set()
         self._closing = False
+        self._interrupts: dict[int, list[InterruptAt]] = {}
+        self._parked: list[str] = []
+        self._children: list[ChildRef] = []
+        self._stalled: dict[str, ChildState] = {}  # resident child -> what it last told
+        self._told_stalled: ChildState | None = None
+        self._releasing = False
+        self._released: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
@@ -67,26 +96,27 @@ class AgentWorkflow:
         self._deliveries.extend(input.deliveries)
         last: TurnResult | None = None
         while True:
-            # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident.
-            # An injected delivery alone wakes no one (SPEC §6.2): it waits for a waking one.
-            await workflow.wait_condition(lambda: self._waking() or not self._resident)
-            if not self._waking():
+            # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident,
+            # nothing parked. An injected delivery alone wakes no one (SPEC §6.2).
+            await workflow.wait_condition(self._due)
+            if input.parent_id is not None and self._stall_changed():
+                await self._stall_report()
+                continue
+            if self._release_due():
+                self._release()
+                continue
+            if self._releasing:
+                if self._resident:
+                    continue
+                if input.parent_id is not None or self._handed < len(self._deliveries):
+                    last = await self._turn(release=input.parent_id is not None) or last
                 break
-            offset = self._handed
-            self._turn_seq = self._ended
-            last = await workflow.execute_activity(
-                TURN_ACTIVITY,
-                TurnInput(agent=input, deliveries=self._deliveries[offset:], offset=offset, seq=self._turn_seq),
-                result_type=TurnResult,
-                start_to_close_timeout=TURN_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=TURN_RETRY,
-            )
-            self._ended += 1
-            self._handed = offset + last.taken
-            self._violations.extend(last.violations)
-            self._engage(last.fences_engaged)
-            self._key = last.agent_key or self._key
+            if self._waking():
+                last = await self._turn() or last
+                continue
+            if self._handed < len(self._deliveries):  # injected leftovers: into the log, no model turn
+                last = await self._turn() or last
+            break
         self._closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
         if last is None:
@@ -101,10 +131,109 @@ class AgentWorkflow:
             fences_engaged=list(self._engaged),
             agent_key=self._key,
             epoch=input.epoch,
+            released=sorted(self._released),
         )
+
+    def _due(self) -> bool:
+        """Something for the main loop to do (see `run`)."""
+        if self._input is not None and self._input.parent_id is not None and self._stall_changed():
+            return True
+        if self._releasing:
+            return not self._resident
+        return self._waking() or self._release_due() or (not self._resident and not self._parked)
+
+    async def _turn(self, release: bool = False) -> TurnResult:
+        assert self._input is not None
+        offset = self._handed
+        self._turn_seq = self._ended
+        self._running = True
+        try:
+            last: TurnResult = await workflow.execute_activity(
+                TURN_ACTIVITY,
+                TurnInput(agent=self._input, deliveries=self._deliveries[offset:], offset=offset, seq=self._turn_seq,
+                          parked=list(self._parked), children=list(self._children), release=release),
+                result_type=TurnResult,
+                start_to_close_timeout=TURN_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=TURN_RETRY,
+            )
+        finally:
+            self._running = False
+        self._ended += 1
+        self._handed = offset + last.taken
+        self._parked = list(last.parked)
+        self._violations.extend(last.violations)
+        self._engage(last.fences_engaged)
+        self._key = last.agent_key or self._key
+        return last
 
     def _waking(self) -> bool:
         return any(d.waking for d in self._deliveries[self._handed:])
+
+    # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
+    def _stall_state(self) -> ChildState:
+        """Stalled: no turn runs, nothing waking is pending, and the agent is parked or waits only
+        on stalled children (every resident descendant parked or waiting on parked ones)."""
+        assert self._input is not None
+        quiet = not self._running and not self._waking() and not self._releasing
+        below = [self._stalled.get(c) for c in self._resident]
+        stalled = quiet and bool(self._parked or self._resident) and all(s is not None and s.stalled for s in below)
+        parked = [self._input.session_id] if self._parked else []
+        for s in below:
+            if s is not None and stalled:
+                parked.extend(s.parked)
+        return ChildState(child_id=self._input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [])
+
+    def _stall_changed(self) -> bool:
+        state = self._stall_state()
+        told = self._told_stalled
+        return (told.stalled if told is not None else False) != state.stalled or (
+            told is not None and told.parked != state.parked)
+
+    async def _stall_report(self) -> None:
+        assert self._input is not None and self._input.parent_id is not None
+        state = self._stall_state()
+        self._told_stalled = state
+        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
+        await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.child_state, state)
+
+    def _release_due(self) -> bool:
+        """The root of a stalled tree under `run.parked: release` lets its parked work go."""
+        assert self._input is not None
+        return (self._input.parent_id is None and self._input.run.parked == "release" and not self._releasing
+                and bool(self._resident) and self._stall_state().stalled)
+
+    def _release(self) -> None:
+        """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
+        settles; the notices enter this closing agent as injects (§9.2 step 4)."""
+        self._released = self._stall_state().parked
+        self._releasing = True
+        self._release_children()
+
+    def _release_children(self) -> None:
+        assert self._input is not None
+        for child_id in list(self._resident):
+            self._tasks.add(asyncio.create_task(self._signal_release(child_workflow_id(self._input.run.root_id, child_id))))
+
+    async def _signal_release(self, target: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.release)
+        except Exception:  # its run has completed meanwhile: its notice is on the way anyway
+            workflow.logger.debug("release of %s found its run closed", target)
+
+    @workflow.signal
+    def release(self) -> None:
+        """The parent releases this child (its tree is closing): no new turn, children first."""
+        if not self._releasing:
+            self._releasing = True
+            self._release_children()
+            for cause in [{"kind": "parent"}] if self._running else []:
+                self._interrupts.setdefault(self._ended, []).append(InterruptAt(len(self._deliveries), cause))
+
+    @workflow.signal
+    def child_state(self, state: ChildState) -> None:
+        if state.child_id in self._resident:
+            self._stalled[state.child_id] = state
 
     def _engage(self, engaged: list[bool]) -> None:
         if len(self._engaged) < len(engaged):
@@ -112,28 +241,88 @@ class AgentWorkflow:
         for i, flag in enumerate(engaged):
             self._engaged[i] = self._engaged[i] or flag
 
+    # -- the running turn's long-polls ------------------------------------------------------
     @workflow.update
-    async def deliveries_after(self, poll: Poll) -> list[Delivery]:
-        """The running turn's long-poll: what arrived past `poll.after`, or [] once it has ended."""
-        await workflow.wait_condition(lambda: len(self._deliveries) > poll.after or self._ended > poll.seq)
+    async def deliveries_after(self, poll: Poll) -> PollReply:
+        """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
+        not applied, or nothing once it has ended."""
+
+        def unseen() -> list[InterruptAt]:
+            return self._interrupts.get(poll.seq, [])[poll.interrupts:]
+
+        await workflow.wait_condition(
+            lambda: len(self._deliveries) > poll.after or bool(unseen()) or self._ended > poll.seq)
         if self._ended > poll.seq:
-            return []
-        return self._deliveries[poll.after:]
+            return PollReply()
+        return PollReply(deliveries=self._deliveries[poll.after:], interrupts=unseen())
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:
-        """A message for this agent from another workflow of the tree (a child's report)."""
+        """A message for this agent from another workflow of the tree (a report, a follow-up)."""
         self._deliveries.append(delivery)
 
+    @workflow.update
+    def interrupt(self, request: Interrupt) -> Answer:
+        """SPEC §10.2 on this agent's workflow (its existence is residency: a settled child has no
+        running workflow, so the caller answers the accepted no-op itself). Fire-and-return: the
+        cancel reaches the running turn through its poll, `agent.cancel(cause, keep_inbox=True)`."""
+        assert self._input is not None
+        if request.kind == "parent":
+            if request.caller not in self._input.ancestors:
+                return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-DESCENDANT")
+        elif request.caller != self._input.parent_id:
+            return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-PARENT")
+        if self._releasing or self._closing:
+            return Answer(status="noop")  # its disposal is open
+        if not self._running and not self._waking():
+            return Answer(status="noop")  # idle: a cancel of an idle agent does nothing
+        # The running turn, or (a waking delivery pending) the one about to start: its first poll.
+        at = InterruptAt(at=len(self._deliveries), cause={"kind": request.kind})
+        self._interrupts.setdefault(self._ended, []).append(at)
+        return Answer(status="accepted")
+
+    @workflow.update
+    async def message_child(self, request: MessageChild) -> Answer:
+        """§8.7 for this agent's child: a resident child gets a follow-up delivery; one that is not
+        resident is started again under its id with the next epoch (a cold resume), after the
+        header checks. A child whose run ended while its result is on the way (LOST): wait for the
+        notice to enter here, then resume it."""
+        assert self._input is not None
+        run = self._input.run
+        child_id = request.child_id
+        delivery = Delivery(request.message)
+        while True:
+            if self._releasing or self._closing:
+                return Answer(code="DRAINING", text="T-ERR-DRAINING-SCOPED")
+            if child_id in self._resident:
+                try:
+                    await workflow.get_external_workflow_handle(child_workflow_id(run.root_id, child_id)).signal(
+                        AgentWorkflow.deliver, delivery)
+                except Exception:  # its run has completed: the result is on the way (LOST)
+                    await workflow.wait_condition(lambda: child_id not in self._resident)
+                    continue
+                self._stalled.pop(child_id, None)  # it has waking work now
+                return Answer(status="delivered")
+            found = await workflow.execute_activity(
+                RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
+                result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
+            )
+            if found.code is not None:
+                return Answer(code=found.code, text=found.text)
+            if child_id in self._resident:
+                continue  # a parallel send resumed it meanwhile
+            assert found.descriptor is not None
+            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch)
+            return Answer(status="started")
+
+    # -- the fence board (root) -------------------------------------------------------------
     @workflow.update
     async def report(self, delivery: Delivery) -> None:
         """`report` in this child's running turn: relay it to the direct parent's workflow. The
         signal is in the parent's history before this child can settle, so the report precedes
         the notice there (SPEC §11.3)."""
         assert self._input is not None and self._input.parent_id is not None
-        run = self._input.run
-        parent = self._input.parent_id
-        target = run.root_id if parent == run.root_id else child_workflow_id(run.root_id, parent)
+        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
         await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
 
     @workflow.signal
@@ -150,31 +339,40 @@ class AgentWorkflow:
         await workflow.wait_condition(lambda: len(self._facts) > after or self._closing)
         return self._facts[after:]
 
+    # -- children ---------------------------------------------------------------------------
     @workflow.update
     async def start_child(self, request: StartChild) -> None:
         """`subagent` in a running turn: start the child's first epoch; returns once it started."""
-        assert self._input is not None
         if request.child_id in self._resident:
             return  # a retried turn asked again
+        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
+
+    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
+        assert self._input is not None
         run = self._input.run
+        # Epoch n of the child is run n under the same id: the default id reuse policy allows a
+        # new run once the previous one has closed (a cold resume, SPEC §8.7).
         handle = await workflow.start_child_workflow(
             AgentWorkflow.run,
             TreeInput(
-                run=run, session_id=request.child_id, deliveries=[Delivery(request.prompt)],
-                parent_id=self._input.session_id, depth=request.depth, descriptor=request.descriptor,
-                epoch=1, cwd=self._input.cwd,
+                run=run, session_id=child_id, deliveries=[first],
+                parent_id=self._input.session_id, depth=depth, descriptor=descriptor,
+                epoch=epoch, cwd=self._input.cwd, ancestors=[*self._input.ancestors, self._input.session_id],
             ),
-            id=child_workflow_id(run.root_id, request.child_id),
+            id=child_workflow_id(run.root_id, child_id),
             task_queue=run.task_queue,
         )
-        self._resident[request.child_id] = asyncio.create_task(self._settled(request.child_id, handle))
+        if not any(c.child_id == child_id for c in self._children):
+            self._children.append(ChildRef(child_id=child_id, descriptor=descriptor))
+        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle))
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult]) -> None:
         result = await handle
         self._violations.extend(result.violations)
         self._engage(result.fences_engaged)
         if result.notice is not None:
-            self._deliveries.append(Delivery(result.notice, send="notice"))
+            # A closing agent takes the notice as an inject and starts no turn for it (§9.2 step 4).
+            self._deliveries.append(Delivery(result.notice, send="inject" if self._releasing else "notice"))
         assert self._input is not None
         run = self._input.run
         if run.fences and result.agent_key is not None:
@@ -185,4 +383,5 @@ class AgentWorkflow:
                 self.fence_facts([fact])
             else:
                 await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
+        self._stalled.pop(child_id, None)
         del self._resident[child_id]

@@ -36,9 +36,9 @@ def tools_for(
         return []
     tools: list[Tool] = [
         SubagentTool(manager, budget, delegation),
-        SendMessageTool(manager),
+        SendMessageTool(manager, delegation),
         ListAgentsTool(manager, catalogue),
-        InterruptAgentTool(manager),
+        InterruptAgentTool(manager, delegation),
     ]
     if mode == "continuable":
         tools.append(ReportTool(manager, delegation))

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.loader.agent import ToolExec, ToolOutput
-from dsh.loader.subagents import AncestorAuthority, Catalogue, ContinuationManager, interrupt, list_agents
+from dsh.loader.subagents import Catalogue, ContinuationManager, list_agents
 from dsh.loader.tools.delegation import Delegation, LocalDelegation
 from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
@@ -59,11 +59,12 @@ class InterruptAgentTool:
     concurrency_safe = True
     system_section = None
 
-    def __init__(self, manager: ContinuationManager) -> None:
+    def __init__(self, manager: ContinuationManager, delegation: Delegation | None = None) -> None:
         self.manager = manager
+        self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: AgentIdArgs, exec: ToolExec) -> ToolOutput:
-        interrupt(self.manager, args.agent_id, AncestorAuthority(exec.agent))
+        await self.delegation.interrupt(exec.agent, args.agent_id)
         return ToolOutput(text=render("T-INTERRUPT", id=args.agent_id), value={"accepted": True})
 
 

@@ -10,23 +10,29 @@ from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, ToolExec, ToolOutput, text_of
 from dsh.loader.errors import SubagentError
 from dsh.loader.models.budget import RunBudget
-from dsh.loader.subagents import ContinuationManager, report_from, run_one_shot
+from dsh.loader.subagents import AncestorAuthority, ContinuationManager, interrupt, report_from, run_one_shot
 from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
 
 __all__ = ["Delegation", "LocalDelegation", "SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
 
 
 class Delegation(Protocol):
-    """Who acts on other agents for `subagent` and `report`: the local `ContinuationManager`
-    (`LocalDelegation`), or another engine's backend (the Temporal engine starts a child workflow
-    and relays reports through the workflows, loader/engines/README.md). The tools' texts and values
-    are the same either way."""
+    """Who acts on other agents for `subagent`, `send_message`, `interrupt_agent` and `report`: the
+    local `ContinuationManager` (`LocalDelegation`), or another engine's backend (the Temporal
+    engine starts child workflows, delivers and interrupts through them and relays reports,
+    loader/engines/README.md). The tools' texts and values are the same either way."""
 
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
     ) -> tuple[str, str]: ...
 
     async def report(self, child: Agent, content: str, signal: AbortSignal) -> str: ...
+
+    async def followup(
+        self, parent: Agent, child_id: str, content: str, source: dict[str, Any], signal: AbortSignal
+    ) -> str: ...
+
+    async def interrupt(self, caller: Agent, target: str) -> None: ...
 
 
 class LocalDelegation:
@@ -43,6 +49,14 @@ class LocalDelegation:
 
     async def report(self, child: Agent, content: str, signal: AbortSignal) -> str:
         return report_from(self.manager, child, content, signal)
+
+    async def followup(
+        self, parent: Agent, child_id: str, content: str, source: dict[str, Any], signal: AbortSignal
+    ) -> str:
+        return await self.manager.followup(parent, child_id, content, source, signal)
+
+    async def interrupt(self, caller: Agent, target: str) -> None:
+        interrupt(self.manager, target, AncestorAuthority(caller))  # span S8: nothing awaited before it
 
 
 class _Args(BaseModel):
@@ -109,12 +123,13 @@ class SendMessageTool:
     concurrency_safe = True
     system_section = None
 
-    def __init__(self, manager: ContinuationManager) -> None:
+    def __init__(self, manager: ContinuationManager, delegation: Delegation | None = None) -> None:
         self.manager = manager
+        self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: SendMessageArgs, exec: ToolExec) -> ToolOutput:
         source = {"kind": "coordinator", "form": "relay", "senderSessionId": exec.agent.id}
-        message_id = await self.manager.followup(
+        message_id = await self.delegation.followup(
             exec.agent, args.agent_id, args.message, source, exec.signal
         )
         return ToolOutput(

@@ -20,7 +20,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 def test_histories_are_committed_for_the_root_and_child_runs() -> None:
     names = {p.name for p in HISTORIES}
     assert {"hello.0.json", "background-settlement.0.json", "background-settlement.1.json",
-            "report-then-settle.0.json", "report-then-settle.1.json"} <= names
+            "report-then-settle.0.json", "report-then-settle.1.json",
+            "interrupt-parked-resume.0.json", "interrupt-parked-resume.1.json",  # interrupt, parking, follow-ups
+            "followups-checkpoint-failure.0.json", "followups-checkpoint-failure.1.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

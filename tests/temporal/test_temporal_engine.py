@@ -9,6 +9,7 @@ queue, worker and homes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest_asyncio
 from temporal_kit import both_engines, dev_server, settlement_facts
 from temporalio.client import Client
 
+from dsh.loader.session import SessionStore
 from dsh.loader.transcripts import load_transcript
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -25,10 +27,7 @@ SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "transcr
 # Not yet on the Temporal engine (next slices, loader/engines/README.md): their tools answer
 # ENGINE_UNSUPPORTED there (test_turn.py), so the run breaks its transcript — skipped, not run into
 # its fence timeouts, which would cost the suite half a minute each.
-NOT_YET = {
-    "followups-checkpoint-failure": "send_message and {{child:...}} placeholders across turns",
-    "interrupt-parked-resume": "interrupt_agent, parking and send_message",
-}
+NOT_YET: dict[str, str] = {}
 # A demo for `dsh interrupt` by hand: it parks until someone interrupts it, on either engine.
 MANUAL = {"interrupt-demo"}
 
@@ -75,3 +74,51 @@ async def test_background_settlement_notice_reaches_the_root_once_and_is_steered
     assert notice == {"kind": "subagent-settled", "from": "S2", "to": "S1", "stopReason": "completed"}
     assert facts["turn_ends"] == {"0": [{"kind": "completed"}], "0.1": [{"kind": "completed"}]}
     assert temporal.result.output == "PARENT_RECEIVED_CHILD_RESULT"
+
+
+COLD_RESUME = """\
+version: 1
+name: cold-resume
+description: The root messages its child after the child settled, twice; each epoch owes one notice.
+task: Start a child, and message it again after each notice.
+agents:
+  root:
+    replies:
+      - toolCalls:
+          - {id: start-child, name: subagent, arguments: {label: helper, prompt: Reply with ONE.}}
+      - text: STARTED
+      - toolCalls:
+          - {id: again, name: send_message, arguments: {agent_id: "{{child:start-child}}", message: Reply with TWO.}}
+      - text: SENT_TWO
+      - toolCalls:
+          - {id: third, name: send_message, arguments: {agent_id: "{{child:start-child}}", message: Reply with THREE.}}
+      - text: SENT_THREE
+      - text: DONE
+  helper:
+    spawnedBy: start-child
+    replies:
+      - text: ONE
+      - text: TWO
+      - text: THREE
+"""
+
+
+async def test_a_message_to_a_settled_child_cold_resumes_it_under_the_same_workflow_id_with_the_next_epoch(
+    client: Client, tmp_path: Path
+) -> None:
+    script = tmp_path / "cold-resume.yaml"
+    script.write_text(COLD_RESUME)
+    local, temporal = await both_engines(client, str(script), tmp_path)
+    assert temporal.result.violations == []
+    facts = settlement_facts(temporal.flow)
+    assert facts == settlement_facts(local)
+    assert temporal.flow == local
+    assert [n["stopReason"] for n in facts["notices"]] == ["completed"] * 3  # one notice per epoch
+    [child] = [p.parent.name for p in (tmp_path / "temporal" / "sessions").glob("*/session.jsonl")
+               if p.parent.name != temporal.result.root_session_id]
+    events = SessionStore(tmp_path / "temporal").read(child).events
+    assert [e["data"]["epoch"] for e in events if e["type"] == "subagent/epoch"] == [1, 2, 3]
+    # Epoch 3 is the latest run under the one id `<root>/<child>` (the reuse policy allowed it).
+    history = await client.get_workflow_handle(f"{temporal.result.root_session_id}/{child}").fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert json.loads(started.input.payloads[0].data)["epoch"] == 3

@@ -1,8 +1,10 @@
 """The turn activity's body (`run_turn`) without a server: the workflow seam is a recording link.
 
 These pin what the workflow relies on: a retried turn does not send a delivery its log holds
-(exactly once across a worker's death), the turn heartbeats per model chunk, and `subagent` asks
-the workflow for the child the local manager would have made.
+(exactly once across a worker's death), the turn heartbeats per model chunk, `subagent` asks
+the workflow for the child the local manager would have made, an interrupt handed through the poll
+is the core's own cancel that keeps queued work (parked, SPEC §10.3), a release clears it, and the
+cold-resume header checks refuse as the manager does.
 """
 
 from __future__ import annotations
@@ -15,8 +17,22 @@ from typing import Any
 import temporal_kit  # noqa: F401  (skips without the temporal extra, fails under CI)
 
 from dsh.loader.agent import user_message
+from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.turn import run_turn
-from dsh.loader.engines.wire import Delivery, RunSpec, StartChild, TreeInput, TurnInput
+from dsh.loader.engines.wire import (
+    Answer,
+    Delivery,
+    Interrupt,
+    InterruptAt,
+    MessageChild,
+    PollReply,
+    ResumeCheck,
+    ResumeFound,
+    RunSpec,
+    StartChild,
+    TreeInput,
+    TurnInput,
+)
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
@@ -29,11 +45,32 @@ class RecordingLink:
     children: list[StartChild] = field(default_factory=list)
     beats: int = 0
     polls: list[int] = field(default_factory=list)
+    replies: list[PollReply] = field(default_factory=list)  # handed out one per poll, then nothing
+    messages: list[MessageChild] = field(default_factory=list)
+    answer: Answer = field(default_factory=lambda: Answer(status="delivered"))
+    interrupts: list[tuple[str, Interrupt]] = field(default_factory=list)
+    # (reply index, beats): hand that reply only once the turn has heartbeaten that often
+    gate: tuple[int, int] | None = None
+    beat: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def poll(self, after: int) -> list[Delivery]:
+    async def poll(self, after: int, interrupts: int) -> PollReply:
         self.polls.append(after)
+        if self.gate is not None and len(self.polls) - 1 == self.gate[0]:
+            while self.beats < self.gate[1]:
+                self.beat.clear()
+                await asyncio.wait_for(self.beat.wait(), 30)  # backstop only: the stream beats
+        if self.replies:
+            return self.replies.pop(0)
         await asyncio.Event().wait()  # until the turn abandons the poll
-        return []
+        return PollReply()
+
+    async def message_child(self, request: MessageChild) -> Answer:
+        self.messages.append(request)
+        return self.answer
+
+    async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
+        self.interrupts.append((target, request))
+        return None
 
     async def start_child(self, request: StartChild) -> None:
         self.children.append(request)
@@ -43,6 +80,7 @@ class RecordingLink:
 
     def heartbeat(self) -> None:
         self.beats += 1
+        self.beat.set()
 
     async def publish_facts(self, facts: list[list[Any]]) -> None:
         raise AssertionError("no fences here")
@@ -95,20 +133,147 @@ async def test_subagent_asks_the_workflow_for_the_child_the_manager_would_make(t
     assert result.output == "STARTED"
 
 
-async def test_tools_of_later_slices_answer_a_typed_error_without_touching_the_local_manager(tmp_path: Path) -> None:
-    script = tmp_path / "send.yaml"
+async def test_list_agents_answers_a_typed_error_without_touching_the_local_manager(tmp_path: Path) -> None:
+    script = tmp_path / "list.yaml"
     script.write_text(
-        "version: 1\nname: send\ntask: Message someone.\nagents:\n  root:\n    replies:\n"
-        "      - toolCalls:\n          - {id: c1, name: send_message, arguments: {agent_id: session-x, message: hi}}\n"
+        "version: 1\nname: list\ntask: List them.\nagents:\n  root:\n    replies:\n"
+        "      - toolCalls:\n          - {id: c1, name: list_agents, arguments: {}}\n"
         "      - text: done\n"
     )
-    spec = root_turn(tmp_path, str(script), "Message someone.")
+    spec = root_turn(tmp_path, str(script), "List them.")
     result = await run_turn(spec, RecordingLink())
     assert (result.output, result.violations) == ("done", [])
     events = SessionStore(tmp_path).read(spec.agent.session_id).events
     [tool_result] = [e for e in events if e["type"] == "tool/result"]
-    assert render("T-ENGINE-UNSUPPORTED", what="the send_message tool") in str(tool_result["data"])
+    assert render("T-ENGINE-UNSUPPORTED", what="the list_agents tool") in str(tool_result["data"])
     assert "ENGINE_UNSUPPORTED" in str(tool_result["data"])
+
+
+def scripted(tmp_path: Path, name: str, calls: str, task: str = "Go.") -> Path:
+    script = tmp_path / f"{name}.yaml"
+    script.write_text(
+        f"version: 1\nname: {name}\ntask: {task}\nagents:\n  root:\n    replies:\n"
+        f"      - toolCalls:\n          - {calls}\n      - text: done\n"
+    )
+    return script
+
+
+def tool_result_text(home: Path, session_id: str) -> str:
+    [tool_result] = [e for e in SessionStore(home).read(session_id).events if e["type"] == "tool/result"]
+    return str(tool_result["data"])
+
+
+async def test_send_message_goes_to_the_callers_workflow_and_a_refusal_reads_as_the_managers(tmp_path: Path) -> None:
+    spec = root_turn(tmp_path, str(scripted(tmp_path, "send", "{id: c1, name: send_message, arguments: "
+                                            "{agent_id: session-x, message: hi}}")), "Go.")
+    link = RecordingLink(answer=Answer(code="UNAUTHORIZED", text="T-ERR-NOT-PARENT"))
+    result = await run_turn(spec, link)
+    assert result.violations == []
+    [sent] = link.messages
+    assert sent.child_id == "session-x"
+    assert sent.message["content"] == [{"type": "text", "text": "hi"}]
+    assert sent.message["source"] == {"kind": "coordinator", "form": "relay", "senderSessionId": spec.agent.session_id}
+    text = tool_result_text(tmp_path, spec.agent.session_id)
+    assert render("T-TOOL-ERROR", code="UNAUTHORIZED", message=render("T-ERR-NOT-PARENT", id="session-x")) in text
+
+
+async def test_interrupt_agent_refuses_the_caller_itself_and_a_target_without_a_workflow_is_a_no_op(
+    tmp_path: Path,
+) -> None:
+    root_id = "session-00000000-0000-4000-8000-000000000001"
+    spec = root_turn(tmp_path, str(scripted(tmp_path, "self", f"{{id: c1, name: interrupt_agent, arguments: "
+                                            f"{{agent_id: {root_id}}}}}")), "Go.")
+    link = RecordingLink()
+    await run_turn(spec, link)
+    assert link.interrupts == []  # refused before any workflow is asked (§10.2 check 2)
+    assert render("T-ERR-SELF", aid=root_id) in tool_result_text(tmp_path, root_id)
+    other = tmp_path / "other"
+    spec = root_turn(other, str(scripted(tmp_path, "gone", "{id: c1, name: interrupt_agent, arguments: "
+                                         "{agent_id: session-gone}}")), "Go.")
+    link = RecordingLink()
+    await run_turn(spec, link)
+    assert link.interrupts == [("session-gone", Interrupt(kind="parent", caller=root_id))]
+    assert render("T-INTERRUPT", id="session-gone") in tool_result_text(other, root_id)
+
+
+def hanging(tmp_path: Path) -> Path:
+    script = tmp_path / "hang.yaml"
+    script.write_text("version: 1\nname: hang\ntask: Hang.\nagents:\n  root:\n    replies:\n"
+                      "      - hang: {text: working}\n      - text: B_OK\n")
+    return script
+
+
+async def test_an_interrupt_through_the_poll_cancels_the_turn_and_keeps_queued_work_parked(tmp_path: Path) -> None:
+    spec = root_turn(tmp_path, str(hanging(tmp_path)), "Hang.")
+    b = Delivery(dict(user_message("B", {"kind": "user"})))
+    # B arrives while the turn runs, then the interrupt (accepted after both deliveries), once the
+    # hang's prefix streamed (beats: the task, B, the chunk): the hang's reply is consumed.
+    link = RecordingLink(replies=[PollReply(deliveries=[b]), PollReply(interrupts=[InterruptAt(2, {"kind": "parent"})])],
+                         gate=(1, 3))
+    result = await run_turn(spec, link)
+    assert (result.taken, result.parked) == (2, [b.message["id"]])
+    events = SessionStore(tmp_path).read(spec.agent.session_id).events
+    ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+    assert ends == [{"kind": "aborted", "reason": {"kind": "parent"}}]
+    assert not any(e["data"].get("outcome") == "canceled" for e in events if e["type"] == "agent/inbox/spliced")
+    # The next turn (a waking delivery D) rebuilds the agent and runs the kept queue first, FIFO.
+    d = Delivery(dict(user_message("D", {"kind": "user"})))
+    script = tmp_path / "hang.yaml"
+    script.write_text(script.read_text() + "      - text: D_OK\n")
+    nxt = TurnInput(agent=spec.agent, deliveries=[d], offset=2, seq=1, parked=result.parked)
+    again = await run_turn(nxt, RecordingLink())
+    assert (again.parked, again.output) == ([], "D_OK")
+    events = SessionStore(tmp_path).read(spec.agent.session_id).events
+    entered = [e["data"]["content"][0]["text"] for e in events if e["type"] == "user/message"]
+    assert entered == ["Hang.", "B", "D"]
+
+
+async def test_an_interrupt_is_applied_between_the_deliveries_it_arrived_between(tmp_path: Path) -> None:
+    """Interrupt, then B (one poll reply, hang reached): B latches during the convergence and runs
+    (§10.3), so nothing is parked; applied after B instead, B would stay queued."""
+    spec = root_turn(tmp_path, str(hanging(tmp_path)), "Hang.")
+    b = Delivery(dict(user_message("B", {"kind": "user"})))
+    link = RecordingLink(replies=[PollReply(deliveries=[b], interrupts=[InterruptAt(1, {"kind": "parent"})])],
+                         gate=(0, 2))
+    result = await run_turn(spec, link)
+    assert (result.taken, result.parked, result.output) == (2, [], "B_OK")
+
+
+async def test_a_release_turn_cancels_the_agent_and_discards_its_queue_as_canceled_splices(tmp_path: Path) -> None:
+    spec = root_turn(tmp_path, str(hanging(tmp_path)), "Hang.")
+    b = Delivery(dict(user_message("B", {"kind": "user"})))
+    link = RecordingLink(replies=[PollReply(deliveries=[b]), PollReply(interrupts=[InterruptAt(2, {"kind": "parent"})])],
+                         gate=(1, 3))
+    parked = await run_turn(spec, link)
+    released = await run_turn(TurnInput(agent=spec.agent, deliveries=[], offset=2, seq=1, parked=parked.parked,
+                                        release=True), RecordingLink())
+    assert released.parked == []
+    events = SessionStore(tmp_path).read(spec.agent.session_id).events
+    [canceled] = [e for e in events if e["type"] == "agent/inbox/spliced" and e["data"].get("outcome") == "canceled"]
+    assert canceled["data"]["removedCount"] == 1
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/start"] == [1]
+
+
+async def test_the_cold_resume_checks_refuse_as_the_manager_does_and_find_the_next_epoch(tmp_path: Path) -> None:
+    from dsh.loader.session import make_header
+
+    parent, child = "session-00000000-0000-4000-8000-000000000001", "session-00000000-0000-4000-8000-000000000002"
+    home = str(tmp_path)
+    assert resume_check(ResumeCheck(home, parent, "not an id")) == ResumeFound(code="NOT_RESUMABLE", text="T-ERR-NOT-FOUND")
+    assert resume_check(ResumeCheck(home, parent, child)) == ResumeFound(code="NOT_RESUMABLE", text="T-ERR-NOT-FOUND")
+    store = SessionStore(tmp_path)
+    session = await store.create(make_header(child, parent_session=parent, origin="subagent", delegation_depth=1))
+    await store.close(session)
+    assert resume_check(ResumeCheck(home, "session-00000000-0000-4000-8000-000000000009", child)) == ResumeFound(
+        code="UNAUTHORIZED", text="T-ERR-NOT-PARENT")
+    assert resume_check(ResumeCheck(home, parent, child)) == ResumeFound(code="NOT_RESUMABLE", text="T-ERR-NOT-CONTINUABLE")
+    session = await store.load(child)
+    descriptor = {"version": 1, "mode": "continuable", "provider": "spawn", "label": "w", "model": "replay",
+                  "spawnCallId": "c"}
+    session.append("subagent/descriptor", descriptor)
+    session.append("subagent/epoch", {"epoch": 1}, ignorable=True)
+    await store.close(session)
+    assert resume_check(ResumeCheck(home, parent, child)) == ResumeFound(descriptor=descriptor, depth=1, epoch=2)
 
 
 async def test_a_child_turn_returns_its_epochs_notice_and_writes_the_descriptor_once(tmp_path: Path) -> None:
