@@ -20,25 +20,42 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "temporal"))
 
 TRANSCRIPTS = ["hello", "background-settlement", "report-then-settle", "interrupt-parked-resume", "followups-checkpoint-failure"]
+# Recorded under another name with `temporal.continueAsNewAfter` set, so each run of a residency
+# continued as new (the ContinueAsNew command and the carried input) replays too.
+CONTINUED = {"continued-as-new": ("interrupt-parked-resume", 1)}
 
 
 async def main() -> None:
     from temporal_kit import dev_server, run_temporal
 
-    from dsh.loader.testing.runner import plan_flow
+    from dsh.loader.testing.runner import FlowPlan, plan_flow
 
     out = ROOT / "tests" / "temporal" / "histories"
     out.mkdir(exist_ok=True)
     async with dev_server() as client:
-        for name in TRANSCRIPTS:
+        jobs = [(name, plan_flow(name)) for name in TRANSCRIPTS]
+        for label, (name, after) in CONTINUED.items():
+            plan = plan_flow(name)
+            temporal = plan.config.temporal.model_copy(update={"continue_as_new_after": after})
+            jobs.append((label, FlowPlan(script=plan.script, config=plan.config.model_copy(update={"temporal": temporal}))))
+        for name, plan in jobs:
             with tempfile.TemporaryDirectory() as home:
-                run = await run_temporal(client, plan_flow(name), Path(home))
+                run = await run_temporal(client, plan, Path(home))
                 assert run.result.violations == [], run.result.violations
                 ids = [run.result.root_session_id]
                 ids += [f"{ids[0]}/{p.parent.name}" for p in sorted(Path(home, "sessions").glob("*/session.jsonl"))
                         if p.parent.name != ids[0]]
-                for n, workflow_id in enumerate(ids):
-                    history = await client.get_workflow_handle(workflow_id).fetch_history()
+                histories = []
+                for workflow_id in ids:  # every run of each workflow, the earliest first
+                    runs, run_id = [], ""
+                    while True:
+                        history = await client.get_workflow_handle(workflow_id, run_id=run_id or None).fetch_history()
+                        runs.insert(0, history)
+                        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+                        if not run_id:
+                            break
+                    histories += [(workflow_id, h) for h in runs]
+                for n, (workflow_id, history) in enumerate(histories):
                     path = out / f"{name}.{n}.json"
                     path.write_text(json.dumps({"workflowId": workflow_id, "history": history.to_json_dict()},
                                                indent=1) + "\n")

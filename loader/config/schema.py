@@ -149,6 +149,9 @@ class TemporalConfig(_Schema):
     address: Annotated[str, Field(min_length=1)] = "localhost:7233"
     namespace: Annotated[str, Field(min_length=1)] = "default"
     task_queue: Annotated[str, Field(min_length=1)] = "dsh"
+    # A child's workflow continues as new between turns once its history holds this many events
+    # (before Temporal's own suggestion, which comes ahead of the 51,200-event / 50 MB limits).
+    continue_as_new_after: Annotated[int, Field(ge=1)] | None = None
 
 
 class Config(_Schema):

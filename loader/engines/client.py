@@ -55,6 +55,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
         temperature=config.model.temperature, max_depth=config.subagents.max_depth,
         report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
         fsync=config.persistence.fsync, task_queue=task_queue, parked=config.run.parked,
+        continue_as_new_after=config.temporal.continue_as_new_after,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 __all__ = [
     "HEARTBEAT_TIMEOUT",
     "Answer",
+    "Carried",
     "ChildRef",
     "ChildState",
     "Interrupt",
@@ -72,6 +73,7 @@ class RunSpec:
     fsync: bool = False
     task_queue: str = "dsh"
     parked: str = "wait"  # run.parked (SPEC §17.2): what a stalled tree does, `wait` or `release`
+    continue_as_new_after: int | None = None  # temporal.continueAsNewAfter: history events per run
 
 
 @dataclass
@@ -101,6 +103,22 @@ class TreeInput:
     epoch: int | None = None
     cwd: str | None = None
     ancestors: list[str] = field(default_factory=list)  # the live lineage above: interrupt authority (§10.2)
+    carried: Carried | None = None  # a run continued as new: the bookkeeping of the runs before
+
+
+@dataclass
+class Carried:
+    """What a child's workflow passes to the run it continues as (its residency goes on): the
+    queue's state and what its result accumulates. `deliveries` of the new run are the pending
+    ones (`deliveries[handed:]`); no turn runs and no child is resident when it continues."""
+
+    parked: list[str] = field(default_factory=list)
+    children: list[ChildRef] = field(default_factory=list)
+    told_stalled: ChildState | None = None
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    fences_engaged: list[bool] = field(default_factory=list)
+    agent_key: str | None = None
+    runs: int = 1  # runs of this residency so far
 
 
 @dataclass

@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         HEARTBEAT_TIMEOUT,
         TURN_TIMEOUT,
         Answer,
+        Carried,
         ChildRef,
         ChildState,
         Delivery,
@@ -94,8 +96,16 @@ class AgentWorkflow:
     async def run(self, input: TreeInput) -> TreeResult:
         self._input = input
         self._deliveries.extend(input.deliveries)
+        carried = input.carried or Carried()
+        self._parked, self._children = list(carried.parked), list(carried.children)
+        self._told_stalled, self._key = carried.told_stalled, carried.agent_key
+        self._violations, self._engaged = list(carried.violations), list(carried.fences_engaged)
         last: TurnResult | None = None
         while True:
+            if self._continue_due():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._continue_due():
+                    workflow.continue_as_new(self._carry(carried.runs))
             # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident,
             # nothing parked. An injected delivery alone wakes no one (SPEC §6.2).
             await workflow.wait_condition(self._due)
@@ -133,6 +143,28 @@ class AgentWorkflow:
             epoch=input.epoch,
             released=sorted(self._released),
         )
+
+    # -- continue-as-new (issue 12 item 2) --------------------------------------------------
+    def _continue_due(self) -> bool:
+        """A long-lived child continues as new between turns, before the history limits: when
+        Temporal suggests it or its history reached `temporal.continueAsNewAfter`. Only while
+        still resident with nothing in flight: no turn, no resident child (their results come to
+        this run's handles), no interrupt waiting for the next turn, not releasing."""
+        assert self._input is not None
+        if self._input.parent_id is None or self._running or self._resident or self._releasing or not self._ended:
+            return False  # `not self._ended`: each run takes at least one turn, so runs cannot chain idly
+        if not (self._parked or self._waking()) or self._interrupts.get(self._ended):
+            return False
+        info = workflow.info()
+        limit = self._input.run.continue_as_new_after
+        return info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+
+    def _carry(self, runs: int) -> TreeInput:
+        assert self._input is not None
+        carried = Carried(parked=list(self._parked), children=list(self._children), told_stalled=self._told_stalled,
+                          violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
+                          runs=runs + 1)
+        return dataclasses.replace(self._input, deliveries=self._deliveries[self._handed:], carried=carried)
 
     def _due(self) -> bool:
         """Something for the main loop to do (see `run`)."""

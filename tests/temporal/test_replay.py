@@ -22,7 +22,9 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
     assert {"hello.0.json", "background-settlement.0.json", "background-settlement.1.json",
             "report-then-settle.0.json", "report-then-settle.1.json",
             "interrupt-parked-resume.0.json", "interrupt-parked-resume.1.json",  # interrupt, parking, follow-ups
-            "followups-checkpoint-failure.0.json", "followups-checkpoint-failure.1.json"} <= names
+            "followups-checkpoint-failure.0.json", "followups-checkpoint-failure.1.json",
+            # the worker's residency as two runs: continue-as-new and the carried input replay too
+            "continued-as-new.0.json", "continued-as-new.1.json", "continued-as-new.2.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporal_kit import both_engines, dev_server, settlement_facts
+from temporal_kit import both_engines, dev_server, run_temporal, settlement_facts
 from temporalio.client import Client
 
 from dsh.loader.session import SessionStore
+from dsh.loader.testing.runner import FlowPlan, arun_flow, plan_flow
 from dsh.loader.transcripts import load_transcript
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -122,3 +123,29 @@ async def test_a_message_to_a_settled_child_cold_resumes_it_under_the_same_workf
     history = await client.get_workflow_handle(f"{temporal.result.root_session_id}/{child}").fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     assert json.loads(started.input.payloads[0].data)["epoch"] == 3
+
+
+async def test_a_child_continued_as_new_between_turns_still_settles_once_with_the_right_notice(
+    client: Client, tmp_path: Path
+) -> None:
+    """interrupt-parked-resume with `temporal.continueAsNewAfter: 1`: the worker's residency spans
+    two runs (parked after its first turn, it continues as new with its queue's state), and the
+    tree gives the local engine's flow: one notice, after B, C and D."""
+    plan = plan_flow("interrupt-parked-resume")
+    temporal_config = plan.config.temporal.model_copy(update={"continue_as_new_after": 1})
+    plan = FlowPlan(script=plan.script, config=plan.config.model_copy(update={"temporal": temporal_config}))
+    local = await arun_flow(plan, home=tmp_path / "local")
+    temporal = await run_temporal(client, plan, tmp_path / "temporal")
+    assert temporal.result.violations == []
+    facts = settlement_facts(temporal.flow)
+    assert facts == settlement_facts(local)
+    assert temporal.flow == local
+    [notice] = facts["notices"]
+    assert (notice["from"], notice["stopReason"]) == ("S2", "completed")
+    root = temporal.result.root_session_id
+    [worker] = [p.parent.name for p in (tmp_path / "temporal" / "sessions").glob("*/session.jsonl") if p.parent.name != root]
+    history = await client.get_workflow_handle(f"{root}/{worker}").fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id  # the latest run continued an earlier one
+    carried = json.loads(started.input.payloads[0].data)["carried"]
+    assert carried["runs"] == 2 and len(carried["parked"]) == 2  # B and C, kept parked across the runs
