@@ -1,10 +1,11 @@
 """The Temporal backends of the tools that act on other agents (loader/engines/README.md).
 
-`subagent`, `send_message`, `interrupt_agent` and `report` are the shared tools (same names,
-descriptions, parameters and result texts); on Temporal their `Delegation` is `WorkflowDelegation`,
-which asks the workflows instead of an in-process manager. `list_agents` still answers
-ENGINE_UNSUPPORTED (`not_yet`). `resume_check` is the body of activity `dsh.resume_check`: the
-read-only header checks of a cold resume (§8.7), so a refused send writes nothing.
+`subagent`, `send_message`, `interrupt_agent`, `list_agents` and `report` are the shared tools
+(same names, descriptions, parameters and result texts); on Temporal their `Delegation` is
+`WorkflowDelegation`, which asks the workflows instead of an in-process manager (`list_agents`
+reads the same catalogue and takes each row's status from the child's workflow). `resume_check` is
+the body of activity `dsh.resume_check`: the read-only header checks of a cold resume (§8.7), so a
+refused send writes nothing.
 
 Knows Temporal only through `WorkflowLink` (implemented in worker.py), so it imports no temporalio.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from dsh.loader.abort import AbortSignal
-from dsh.loader.agent import Agent, Message, Tool, ToolExec, ToolOutput, user_message
+from dsh.loader.agent import Agent, Message, user_message
 from dsh.loader.engines.wire import (
     Answer,
     Delivery,
@@ -29,12 +30,12 @@ from dsh.loader.engines.wire import (
 )
 from dsh.loader.errors import SessionError, SubagentCode, SubagentError
 from dsh.loader.ids import is_valid_session_id, new_child_id
-from dsh.loader.session import SessionStore
+from dsh.loader.session import SessionStore, make_header
 from dsh.loader.subagents import ManagerConfig, report_message
 from dsh.loader.subagents.epochs import next_epoch
 from dsh.loader.texts import render
 
-__all__ = ["WorkflowDelegation", "WorkflowLink", "not_yet", "plain", "raise_refusal", "resume_check"]
+__all__ = ["WorkflowDelegation", "WorkflowLink", "plain", "raise_refusal", "resume_check"]
 
 
 class WorkflowLink(Protocol):
@@ -46,6 +47,8 @@ class WorkflowLink(Protocol):
     async def message_child(self, request: MessageChild) -> Answer: ...
     # `target`'s own workflow; None when it runs no workflow (settled, unknown, one-shot).
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None: ...
+    # `list_agents`: each child's status from its workflow (`ready` when none runs).
+    async def statuses(self, ids: list[str]) -> dict[str, str]: ...
     def heartbeat(self) -> None: ...
     # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
     async def publish_facts(self, facts: list[list[Any]]) -> None: ...
@@ -68,11 +71,12 @@ class WorkflowDelegation:
     make, handed to the workflows. `bind` is the replay provider's `bind_child` (or None): a child
     is bound when it is started, so `{{child:...}}` resolves in the steps that follow."""
 
-    def __init__(self, link: WorkflowLink, config: ManagerConfig, root_id: str,
+    def __init__(self, link: WorkflowLink, config: ManagerConfig, root_id: str, store: SessionStore,
                  bind: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.link = link
         self.config = config
         self.root_id = root_id
+        self.store = store
         self.bind = bind
 
     async def start_continuable(
@@ -83,6 +87,15 @@ class WorkflowDelegation:
         child_id = new_child_id()
         descriptor = self.config.descriptor("continuable", label, spawn_call_id)
         message = user_message(prompt, {"kind": "user"})
+        # The durable child session as the manager makes it (§8.2: header, then the descriptor),
+        # before the workflow starts: `list_agents` and `dsh interrupt` find it at once; the
+        # child's first turn loads it.
+        session = await self.store.create(make_header(
+            child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth, cwd=parent.header.get("cwd")))
+        try:
+            session.append("subagent/descriptor", descriptor)
+        finally:
+            await self.store.close(session)
         await self.link.start_child(
             StartChild(child_id=child_id, descriptor=descriptor, prompt=plain(message), depth=depth)
         )
@@ -110,6 +123,9 @@ class WorkflowDelegation:
         raise_refusal(answer, id=child_id, root=self.root_id)
         return str(message["id"])
 
+    async def statuses(self, ids: list[str]) -> dict[str, str] | None:
+        return await self.link.statuses(ids) if ids else {}
+
     async def interrupt(self, caller: Agent, target: str) -> None:
         """`interrupt_agent` (§10.2, ancestor authority): the caller is this turn's live agent, so
         the staleness check holds by construction; the target's workflow checks the lineage."""
@@ -118,28 +134,6 @@ class WorkflowDelegation:
         answer = await self.link.interrupt(target, Interrupt(kind="parent", caller=caller.id))
         if answer is not None:  # None: no running workflow, the accepted no-op of a settled child
             raise_refusal(answer, aid=caller.id, id=target)
-
-
-# Tools whose Temporal half is a later slice (README "Not yet"): same name, description and schema
-# for the model, so its requests are the local engine's, but a typed error instead of reaching
-# the turn's in-process manager, which holds no other agent of the tree.
-NOT_YET = frozenset({"list_agents"})
-
-
-class _NotYet:
-    def __init__(self, tool: Tool) -> None:
-        self.name = tool.name
-        self.description = tool.description
-        self.parameters = tool.parameters
-        self.concurrency_safe = tool.concurrency_safe
-        self.system_section = tool.system_section
-
-    async def run(self, args: Any, exec: ToolExec) -> ToolOutput:
-        raise SubagentError("ENGINE_UNSUPPORTED", render("T-ENGINE-UNSUPPORTED", what=f"the {self.name} tool"))
-
-
-def not_yet(agent: Agent) -> None:
-    agent.tools = [_NotYet(t) if t.name in NOT_YET else t for t in agent.tools]
 
 
 def resume_check(check: ResumeCheck) -> ResumeFound:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
@@ -19,7 +19,7 @@ from dsh.loader.engines.wire import Answer, Interrupt, MessageChild, agent_workf
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
 
-__all__ = ["NotRunning", "interrupt_workflow", "message_workflow", "run_is_live", "user_call"]
+__all__ = ["NotRunning", "interrupt_workflow", "message_workflow", "run_is_live", "user_call", "workflow_status"]
 
 
 class NotRunning(Exception):
@@ -54,6 +54,20 @@ async def message_workflow(client: Client, root_id: str, parent_id: str, request
         if _closed(exc):
             raise NotRunning(parent_id) from exc
         raise
+
+
+async def workflow_status(client: Client, root_id: str, child_id: str) -> str:
+    """`list_agents`' status of a child (§12.2) from its workflow's `status` query; `ready` when it
+    never ran one (a one-shot child, an unknown id)."""
+    handle = client.get_workflow_handle_for(AgentWorkflow.run, child_workflow_id(root_id, child_id))
+    try:
+        return await handle.query(AgentWorkflow.status)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return "ready"
+        raise
+    except WorkflowQueryFailedError:
+        return "ready"
 
 
 async def run_is_live(client: Client, root_id: str) -> bool:

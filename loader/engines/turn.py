@@ -27,7 +27,7 @@ from typing import Any, cast
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message
-from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, not_yet, plain
+from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.wire import Delivery, InterruptAt, PollReply, RunSpec, TreeInput, TurnInput, TurnResult
 from dsh.loader.errors import ConfigError
 from dsh.loader.fences import Fact, Fences
@@ -125,15 +125,15 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
         batch_delay_ms=run.batch_delay_ms,
         fsync=run.fsync,
         inline_io=True,  # replay: the order is the transcript's alone (SPEC §26 item 1)
-        delegation=WorkflowDelegation(link, manager_config, run.root_id, bind=provider.bind_child),
     )
+    # Before any agent is made (tools_for reads it): the backend creates child sessions in this store.
+    tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store, bind=provider.bind_child)
     fences: Fences | None = None
     script = provider.transcript
     if script.spec.fences and run.fences_allowed:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=run.fence_timeout)
         fences.install()
     tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
-    tree.agent_hooks.append(not_yet)
     agent = await _open_agent(tree, provider, who)
     for child in spec.children:  # `{{child:...}}` of the children this workflow run started
         provider.bind_child(child.child_id, child.descriptor)

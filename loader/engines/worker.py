@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
-from dsh.loader.engines.control import interrupt_workflow
+from dsh.loader.engines.control import interrupt_workflow, workflow_status
 from dsh.loader.engines.turn import run_turn
 from dsh.loader.engines.wire import (
     Answer,
@@ -54,6 +54,10 @@ class _Link:
 
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
         return await interrupt_workflow(self.client, self.root.id, target, request)
+
+    async def statuses(self, ids: list[str]) -> dict[str, str]:
+        found = await asyncio.gather(*(workflow_status(self.client, self.root.id, i) for i in ids))
+        return dict(zip(ids, found, strict=True))
 
     async def start_child(self, request: StartChild) -> None:
         await self.handle.execute_update(AgentWorkflow.start_child, request)

@@ -119,13 +119,13 @@ class AgentWorkflow:
                 if self._resident:
                     continue
                 if input.parent_id is not None or self._handed < len(self._deliveries):
-                    last = await self._turn(release=input.parent_id is not None) or last
+                    last = await self._turn(release=input.parent_id is not None)
                 break
             if self._waking():
-                last = await self._turn() or last
+                last = await self._turn()
                 continue
             if self._handed < len(self._deliveries):  # injected leftovers: into the log, no model turn
-                last = await self._turn() or last
+                last = await self._turn()
             break
         self._closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -261,6 +261,16 @@ class AgentWorkflow:
             self._release_children()
             for cause in [{"kind": "parent"}] if self._running else []:
                 self._interrupts.setdefault(self._ended, []).append(InterruptAt(len(self._deliveries), cause))
+
+    @workflow.query
+    def status(self) -> str:
+        """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
+        of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
+        if self._closing:
+            return "ready"
+        if self._running or self._waking():
+            return "running"
+        return "parked" if self._parked else "idle"
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:

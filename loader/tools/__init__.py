@@ -37,7 +37,7 @@ def tools_for(
     tools: list[Tool] = [
         SubagentTool(manager, budget, delegation),
         SendMessageTool(manager, delegation),
-        ListAgentsTool(manager, catalogue),
+        ListAgentsTool(manager, catalogue, delegation),
         InterruptAgentTool(manager, delegation),
     ]
     if mode == "continuable":

@@ -31,12 +31,18 @@ class ListAgentsTool:
     concurrency_safe = True
     system_section = None
 
-    def __init__(self, manager: ContinuationManager, catalogue: Catalogue) -> None:
+    def __init__(self, manager: ContinuationManager, catalogue: Catalogue, delegation: Delegation | None = None) -> None:
         self.manager = manager
         self.catalogue = catalogue
+        self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: ListAgentsArgs, exec: ToolExec) -> ToolOutput:
         rows = list_agents(self.manager, self.catalogue, exec.agent.id, args.scope)
+        statuses = await self.delegation.statuses([row["id"] for row in rows if "status" in row])
+        if statuses is not None:  # another engine's residency (the Temporal workflows)
+            for row in rows:
+                if "status" in row:
+                    row["status"] = statuses.get(row["id"], "ready")
         lines = []
         for row in rows:
             if "diagnostic" in row:

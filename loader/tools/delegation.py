@@ -34,6 +34,10 @@ class Delegation(Protocol):
 
     async def interrupt(self, caller: Agent, target: str) -> None: ...
 
+    async def statuses(self, ids: list[str]) -> dict[str, str] | None:
+        """`list_agents`' statuses from elsewhere (another engine's agents), or None: the manager's."""
+        ...
+
 
 class LocalDelegation:
     """The local engine: the manager itself. `report` runs `report_from` at once (it is sync span
@@ -57,6 +61,9 @@ class LocalDelegation:
 
     async def interrupt(self, caller: Agent, target: str) -> None:
         interrupt(self.manager, target, AncestorAuthority(caller))  # span S8: nothing awaited before it
+
+    async def statuses(self, ids: list[str]) -> dict[str, str] | None:
+        return None  # list_agents reads the manager's Activations itself
 
 
 class _Args(BaseModel):

@@ -25,9 +25,8 @@ from dsh.loader.transcripts import load_transcript
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "transcripts").glob("*.yaml"))
-# Not yet on the Temporal engine (next slices, loader/engines/README.md): their tools answer
-# ENGINE_UNSUPPORTED there (test_turn.py), so the run breaks its transcript — skipped, not run into
-# its fence timeouts, which would cost the suite half a minute each.
+# Shipped transcripts not yet on the Temporal engine, each with its reason (skipped, not run into
+# fence timeouts, which would cost the suite half a minute each). Every one runs there today.
 NOT_YET: dict[str, str] = {}
 # A demo for `dsh interrupt` by hand: it parks until someone interrupts it, on either engine.
 MANUAL = {"interrupt-demo"}
@@ -149,3 +148,41 @@ async def test_a_child_continued_as_new_between_turns_still_settles_once_with_th
     assert started.continued_execution_run_id  # the latest run continued an earlier one
     carried = json.loads(started.input.payloads[0].data)["carried"]
     assert carried["runs"] == 2 and len(carried["parked"]) == 2  # B and C, kept parked across the runs
+
+
+LIST_AGENTS = """\
+version: 1
+name: list-agents
+description: The root lists its child while it runs (held by a fence) and after it settled.
+task: Start a child and list it.
+fences:
+  - hold: {agent: alpha, turn: 1, step: 1, until: {turnEnded: {agent: root, turn: 1}}}
+agents:
+  root:
+    replies:
+      - toolCalls:
+          - {id: start-alpha, name: subagent, arguments: {label: alpha, prompt: Reply with ALPHA.}}
+      - toolCalls:
+          - {id: list-running, name: list_agents, arguments: {}}
+      - text: LISTED
+      - toolCalls:
+          - {id: list-settled, name: list_agents, arguments: {scope: descendants}}
+      - text: DONE
+  alpha:
+    spawnedBy: start-alpha
+    replies:
+      - text: ALPHA
+"""
+
+
+async def test_list_agents_gives_the_local_engines_rows_running_then_ready(client: Client, tmp_path: Path) -> None:
+    script = tmp_path / "list-agents.yaml"
+    script.write_text(LIST_AGENTS)
+    local, temporal = await both_engines(client, str(script), tmp_path)
+    assert temporal.result.violations == []
+    assert settlement_facts(temporal.flow) == settlement_facts(local)
+    assert temporal.flow == local
+    root = temporal.result.root_session_id
+    events = SessionStore(tmp_path / "temporal").read(root).events
+    listed = [str(e["data"]["message"]["content"]) for e in events if e["type"] == "tool/result"][1:]
+    assert "| running | alpha" in listed[0] and "| ready | alpha | parent " in listed[1]

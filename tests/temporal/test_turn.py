@@ -49,6 +49,7 @@ class RecordingLink:
     messages: list[MessageChild] = field(default_factory=list)
     answer: Answer = field(default_factory=lambda: Answer(status="delivered"))
     interrupts: list[tuple[str, Interrupt]] = field(default_factory=list)
+    listed: list[list[str]] = field(default_factory=list)
     # (reply index, beats): hand that reply only once the turn has heartbeaten that often
     gate: tuple[int, int] | None = None
     beat: asyncio.Event = field(default_factory=asyncio.Event)
@@ -71,6 +72,10 @@ class RecordingLink:
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
         self.interrupts.append((target, request))
         return None
+
+    async def statuses(self, ids: list[str]) -> dict[str, str]:
+        self.listed.append(list(ids))
+        return {i: "parked" for i in ids}
 
     async def start_child(self, request: StartChild) -> None:
         self.children.append(request)
@@ -133,20 +138,28 @@ async def test_subagent_asks_the_workflow_for_the_child_the_manager_would_make(t
     assert result.output == "STARTED"
 
 
-async def test_list_agents_answers_a_typed_error_without_touching_the_local_manager(tmp_path: Path) -> None:
+async def test_subagent_writes_the_child_session_and_list_agents_takes_its_status_from_the_workflows(
+    tmp_path: Path,
+) -> None:
     script = tmp_path / "list.yaml"
     script.write_text(
         "version: 1\nname: list\ntask: List them.\nagents:\n  root:\n    replies:\n"
+        "      - toolCalls:\n          - {id: c0, name: subagent, arguments: {label: alpha, prompt: Work.}}\n"
         "      - toolCalls:\n          - {id: c1, name: list_agents, arguments: {}}\n"
-        "      - text: done\n"
+        "      - text: done\n  alpha:\n    spawnedBy: c0\n    replies:\n      - text: unused\n"
     )
     spec = root_turn(tmp_path, str(script), "List them.")
-    result = await run_turn(spec, RecordingLink())
-    assert (result.output, result.violations) == ("done", [])
-    events = SessionStore(tmp_path).read(spec.agent.session_id).events
-    [tool_result] = [e for e in events if e["type"] == "tool/result"]
-    assert render("T-ENGINE-UNSUPPORTED", what="the list_agents tool") in str(tool_result["data"])
-    assert "ENGINE_UNSUPPORTED" in str(tool_result["data"])
+    link = RecordingLink()
+    result = await run_turn(spec, link)
+    assert (result.output, [v["code"] for v in result.violations]) == ("done", [])
+    [child] = link.children
+    log = SessionStore(tmp_path).read(child.child_id)  # header and descriptor, as the manager writes them
+    assert (log.header["parentSession"], log.header["origin"], log.header["delegationDepth"]) == (
+        spec.agent.session_id, "subagent", 1)
+    assert [e["type"] for e in log.events] == ["subagent/descriptor"]
+    assert link.listed == [[child.child_id]]
+    results = [e for e in SessionStore(tmp_path).read(spec.agent.session_id).events if e["type"] == "tool/result"]
+    assert render("T-LIST-ROW", id=child.child_id, status="parked", label="alpha") in str(results[1]["data"])
 
 
 def scripted(tmp_path: Path, name: str, calls: str, task: str = "Go.") -> Path:
