@@ -107,6 +107,11 @@ class SyncGroup:
 
     async def sync(self, fds: Iterable[int] = (), dirs: Iterable[Path] = ()) -> None:
         """Return once a sync covering `fds` and `dirs` has returned; raise its `OSError`."""
+        await asyncio.shield(self.request(fds, dirs))
+
+    def request(self, fds: Iterable[int] = (), dirs: Iterable[Path] = ()) -> asyncio.Future[None]:
+        """Register `fds` and `dirs` with the group being collected; return that group's shared
+        future (done once a sync covering them returned). Never await it unshielded: it is shared."""
         loop = asyncio.get_running_loop()
         for fd in fds:
             self._fds[fd] = None
@@ -118,7 +123,7 @@ class SyncGroup:
             waiter.add_done_callback(_retrieve)
             if not self._running:
                 loop.call_soon(self._start)
-        await asyncio.shield(waiter)
+        return waiter
 
     def _start(self) -> None:
         waiter = self._waiter

@@ -35,9 +35,13 @@ Replay runs (`inline_io=True`, SPEC §26 item 1): under a transcript nothing ext
 the order of all agents must be a function of the transcript alone. A worker thread would make
 *when* the loop resumes an awaiting task depend on the OS scheduler, so there the same blocking
 calls run inline on the loop thread, and the write-behind timer is always next-loop-iteration
-(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. The task
-structure (one writer task, one shared barrier) is the same in both modes, so every invariant
-above holds unchanged; only the thread hop goes.
+(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. There a write
+needs no task either (issue 13): the timer's callback or the flush itself writes the queue at once
+(`_write_inline`); with `fsync` the batch is committed only when the group sync covering it returns,
+and until then `writer` is a future that sync's callback completes, so "one write in flight", the
+truncate-on-failure rule and "a flush that returns means fsynced" hold as with the writer task. A
+flush with fsync off and nothing in flight therefore returns without suspending: what a checkpoint
+costs in loop iterations is not part of the replay contract (transcripts/README.md).
 
 I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`;
 defined with `FileIO` and `append_batch` in `_fileio.py`, re-exported here). `SessionStore(io=...)`
@@ -88,7 +92,9 @@ class _Live:
         self.committed = committed  # file size after the last confirmed write
         self.queue: list[bytes] = []  # encoded lines, oldest first; the head batch may be a failed one
         self.timer: asyncio.Handle | None = None
-        self.writer: asyncio.Task[BaseException | None] | None = None
+        # The write in flight: a task (thread I/O), or under inline I/O a future the group sync's
+        # callback completes; its result is the write's failure, or None.
+        self.writer: asyncio.Future[BaseException | None] | None = None
         self.barrier: asyncio.Task[None] | None = None
         self.closing: asyncio.Task[None] | None = None
         self.error: BaseException | None = None  # the last write failure, cleared by a success
@@ -121,7 +127,7 @@ async def _locking_call(
         raise
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     # Shared tasks are awaited through shield(); mark the exception retrieved even if nobody stayed.
     if not task.cancelled():
         task.exception()
@@ -250,7 +256,68 @@ class SessionStore:
     def _on_timer(self, live: _Live) -> None:
         live.timer = None
         if live.writer is None and live.barrier is None and live.queue:
-            self._start_write(live)
+            if self.inline_io:
+                self._write_inline(live, rearm=True)  # a failure is remembered and retried
+            else:
+                self._start_write(live)
+
+    def _write_inline(self, live: _Live, *, rearm: bool) -> BaseException | None:
+        """Write the whole queue now, on the loop thread, with no task (replay runs, SPEC §26 item 1).
+
+        Without fsync the batch is committed before this returns. With fsync the batch is written
+        now but committed only when the group sync that covers it returns: until then `live.writer`
+        is a future completed by that sync's callback, so one write is in flight, as with a task.
+        Returns the write's failure (remembered in `live.error`); a sync failure is the writer's result.
+        """
+        assert live.writer is None, "one write per session at a time"
+        count = len(live.queue)
+        data = b"".join(live.queue)
+        try:
+            size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+        except Exception as exc:
+            live.error = exc
+            logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
+            return exc
+        if not self.fsync:
+            self._commit(live, count, size, rearm=rearm)
+            return None
+        writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        writer.add_done_callback(_retrieve)
+        live.writer = writer
+        group = self._sync.request(fds=[live.lock_fd])
+        group.add_done_callback(functools.partial(self._on_synced, live, writer, count, size, size - len(data)))
+        return None
+
+    def _on_synced(
+        self, live: _Live, writer: asyncio.Future[BaseException | None], count: int, size: int, before: int,
+        group: asyncio.Future[None],
+    ) -> None:
+        """The group sync covering an inline batch returned: commit it, or cut it back (the
+        truncate-on-failure rule: `committed` only ever names fsynced bytes)."""
+        live.writer = None
+        error = None if group.cancelled() else group.exception()
+        if group.cancelled() or error is not None:
+            try:
+                self.io.truncate(live.path, before, self.fsync)
+            except Exception:
+                logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            if group.cancelled():  # the loop is going away: nobody may be told the data is durable
+                writer.cancel()
+                return
+            live.error = error
+            logger.warning("session %s: sync of %d events failed: %s", live.session.id, count, error)
+            writer.set_result(error)
+            return
+        writer.set_result(None)
+        self._commit(live, count, size, rearm=True)
+
+    def _commit(self, live: _Live, count: int, size: int, *, rearm: bool) -> None:
+        # The batch leaves the queue in the same step that records the new size.
+        live.error = None
+        live.committed = size
+        del live.queue[:count]
+        if rearm and live.queue and live.barrier is None and live.timer is None:
+            self._arm_timer(live)  # events that arrived during the write
 
     def _start_write(self, live: _Live) -> asyncio.Task[BaseException | None]:
         assert live.writer is None, "one write per session at a time"
@@ -265,14 +332,9 @@ class SessionStore:
     async def _write(self, live: _Live, count: int, data: bytes) -> BaseException | None:
         """Write the head `count` lines; return the failure instead of raising it (it is remembered)."""
         try:
-            if self.inline_io:
-                # SPEC §26 item 1: on the loop thread under replay; still one write in flight, since
-                # the writer task is registered before this runs and the call holds the loop.
-                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
-            else:
-                size = await asyncio.to_thread(
-                    functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
-                )
+            size = await asyncio.to_thread(  # thread I/O only: inline writes go through `_write_inline`
+                functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
+            )
             if self.fsync:
                 await self._synced(live, size - len(data))
         except Exception as exc:
@@ -309,6 +371,9 @@ class SessionStore:
         live = self._live.get(session.id)
         if live is None or live.session is not session:
             return
+        if self.inline_io:
+            await self._flush_inline(live)
+            return
         if live.barrier is None:
             if not live.queue and live.writer is None:
                 return
@@ -317,6 +382,27 @@ class SessionStore:
             )
             live.barrier.add_done_callback(_retrieve)
         await asyncio.shield(live.barrier)
+
+    async def _flush_inline(self, live: _Live) -> None:
+        """The barrier without a task (replay runs): with nothing in flight and fsync off it returns
+        without suspending; with fsync it waits for the group sync covering its batch, so a
+        checkpoint is still durable before the step proceeds. A write in flight is waited for and
+        a failure there retried, as `_drain` does."""
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        while True:
+            if live.writer is not None:
+                await asyncio.shield(live.writer)
+                continue
+            if not live.queue:
+                return
+            error = self._write_inline(live, rearm=False)
+            if error is None and live.writer is not None:
+                error = await asyncio.shield(live.writer)
+            if error is not None:
+                message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                raise CheckpointError(message) from error
 
     async def _drain(self, live: _Live) -> None:
         try:
