@@ -26,9 +26,7 @@ a temp file, is synced, and is published with a hard link (EEXIST keeps `SESSION
 flock is taken on the temp file, so it is held on the final file before the session is published
 (`_fileio.create_session_file`). A directory a kill left behind reads as `SESSION_UNMATERIALIZED`.
 
-Load (§5.6): rule "claim and entry are one durable fact". The closers of a crash-open turn re-queue
-every message a claim in that turn removed and no `user/message` entered, at the head of its list
-(`repair.interrupted_turn_closers`); like every closer they are appended, never rewritten. A live
+Load (§5.6): rule "claim and entry are one durable fact" (the file work is `_loadfile`). A live
 pre-step checkpoint failure still consumes its claim: that turn's `turn/end` makes it a closed turn.
 
 Replay runs (`inline_io=True`, SPEC §26 item 1): under a transcript nothing external happens, so
@@ -58,22 +56,15 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dsh.loader.errors import CheckpointError, SessionError
 from dsh.loader.ids import is_valid_session_id
 from dsh.loader.session._syncgroup import SyncGroup
-from dsh.loader.session._fileio import (
-    FileIO,
-    StoreIO,
-    append_batch,
-    check_dirs,
-    create_session_file,
-    lock_exclusive,
-    open_regular,
-)
+from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file
+from dsh.loader.session._loadfile import load_session_file, locking_call
 from dsh.loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
-from dsh.loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
+from dsh.loader.session.repair import ReadResult, read
 from dsh.loader.session.session import Session
 from dsh.loader.texts import render
 
@@ -98,33 +89,6 @@ class _Live:
         self.barrier: asyncio.Task[None] | None = None
         self.closing: asyncio.Task[None] | None = None
         self.error: BaseException | None = None  # the last write failure, cleared by a success
-
-
-_T = TypeVar("_T")
-
-
-async def _locking_call(
-    fd_of: Callable[[_T], int], fn: Callable[..., _T], *args: Any, inline: bool = False
-) -> _T:
-    """Run `fn` in a thread; if our caller is cancelled meanwhile, close the lock fd it opens.
-
-    A thread cannot be cancelled: without this, a cancelled `create`/`load` would leave the file
-    locked by a descriptor nobody owns until the process exits. With `inline` (replay runs, SPEC
-    §26 item 1) `fn` runs on the loop thread: there is no await, so nothing to cancel.
-    """
-    if inline:
-        return fn(*args)
-    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-
-        def release(done: asyncio.Future[_T]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                os.close(fd_of(done.result()))
-
-        future.add_done_callback(release)
-        raise
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -466,43 +430,11 @@ class SessionStore:
         if not is_valid_session_id(session_id):
             raise SessionError("SESSION_NOT_FOUND", render("R-SESSION-NOT-AN-ID", id=session_id))
         path = self.path(session_id)
-        result, closers, fd, size = await _locking_call(
-            lambda r: r[2], self._load_file, session_id, path, inline=self.inline_io
+        result, closers, fd, size = await locking_call(
+            lambda r: r[2], load_session_file, self.io, self.fsync, (self.home, self.sessions_dir), session_id, path,
+            inline=self.inline_io,
         )
         if session_id in self._live:  # a concurrent create/load in this store won the race
             os.close(fd)
             raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-HERE", id=session_id))
         return self._publish(result.header, result.events + closers, path, fd, size)
-
-    def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
-        raw = read_raw(path)
-        result = parse(raw, source=str(path))
-        closers = check_resumable(session_id, result)  # every line validated before any write
-        check_dirs(self.home, self.sessions_dir, path.parent)  # issue 15 item 1: before any write
-        fd = open_regular(path, os.O_RDWR | os.O_APPEND)  # held for the session's batches (`FileIO.attach`)
-        try:
-            lock_exclusive(fd, session_id)
-            if os.fstat(fd).st_size != len(raw):
-                # The previous holder wrote between our read and our lock: decide on what is there now.
-                raw = read_raw(path)
-                result = parse(raw, source=str(path))
-                closers = check_resumable(session_id, result)
-            size = len(raw)
-            try:
-                if result.issue is not None:
-                    size = result.issue["truncateTo"]
-                    logger.warning("session %s: truncating torn tail at byte %d", session_id, size)
-                    self.io.truncate(path, size, self.fsync)
-                if closers:
-                    logger.warning(
-                        "session %s: closing interrupted turn with %d events", session_id, len(closers)
-                    )
-                    data = b"".join(encode_line(event) for event in closers)
-                    size = append_batch(self.io, path, data, self.fsync, size)
-            except OSError as exc:
-                raise CheckpointError(render("R-SESSION-REPAIR", id=session_id, error=exc)) from exc
-        except BaseException:
-            os.close(fd)
-            raise
-        return result, closers, fd, size
-
