@@ -34,6 +34,7 @@ RUNS = 50
 UNATTENDED = ["hello", *SCENARIOS]
 INTERACTIVE = {"interrupt-demo": "its child hangs until a person runs `dsh interrupt`"}
 TWO_SIBLINGS = Path(__file__).parent / "replay" / "two-background-siblings.yaml"
+TWO_SIBLINGS_FENCED = Path(__file__).parent / "replay" / "two-background-siblings-fenced.yaml"
 # Two `--record`ed live runs (tests/models/test_live_tree.py against a respx server), kept as written,
 # so anyone can re-run `dsh flow tests/replay/recorded-*.yaml --repeat 100` on the recorded case.
 RECORDED = sorted((Path(__file__).parent / "replay").glob("recorded-*.yaml"))
@@ -83,6 +84,23 @@ def test_two_background_siblings_without_fences_give_one_flow_over_50_runs_under
     """Issue 10's case: alpha replies, beta reports then replies, both started in one root step, no
     fence. The default schedule decides; it decides the same way every time."""
     one_flow(dsh_flow, TWO_SIBLINGS, cpu_burners)
+
+
+def test_two_background_siblings_with_fences_pin_report_then_alpha_then_beta(
+    dsh_flow: Any, flow_snapshot: Any, cpu_burners: list[subprocess.Popen[bytes]]
+) -> None:
+    """The same script with its order chosen by fences, so no change to what a step, flush or
+    creation costs in loop iterations can move it: beta's report opens root turn 2, alpha's notice
+    enters turn 2's second step, beta's notice opens turn 3."""
+    flow = dsh_flow(TWO_SIBLINGS_FENCED, repeat=RUNS)
+    assert flow == flow_snapshot
+    assert flow["violations"] == [] and flow["result"]["output"] == "NOTED_THREE"
+    assert [(n["kind"], n["from"], n["insertedAt"], n["claimedAt"]) for n in flow["notices"]] == [
+        ("subagent-report", "S3", "idle", {"turn": 2, "step": 1}),
+        ("subagent-settled", "S2", {"turn": 2, "lastStep": 0}, {"turn": 2, "step": 2}),
+        ("subagent-settled", "S3", "idle", {"turn": 3, "step": 1}),
+    ]
+    assert all(p.poll() is None for p in cpu_burners), "a CPU burner died: the runs were not under load"
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])

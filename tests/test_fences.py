@@ -128,6 +128,8 @@ async def test_m91_run_tree_refuses_fences_unless_allowed(tmp_path: Path) -> Non
 HOLD_FOR_REPORT = """
 fences:
   - hold: {agent: root, turn: 1, step: 2, until: {inboxAccepted: {agent: root, kind: subagent-report}}}
+  # The report waits for root S2's claim, so S2 is claimed empty whatever a step costs in loop iterations.
+  - hold: {agent: child, turn: 1, step: 1, until: {stepReached: {agent: root, turn: 1, step: 2}}}
   - hold: {agent: child, turn: 1, step: 2, until: {stepReached: {agent: root, turn: 1, step: 3}}}
   - hold: {agent: root, turn: 1, step: 3, until: {inboxAccepted: {agent: root, kind: subagent-settled}}}
 agents:

@@ -196,6 +196,23 @@ class Agent:
             if self._activity is activity:
                 return
 
+    def call_when_idle(self, fn: Callable[[], None]) -> None:
+        """Call `fn()` when `when_idle` would return, from a callback instead of a task: the
+        settlement watcher and the disposal wait for idleness once per child (issue 13). Now, if
+        the agent never had an activity; else when the current one ends with no newer one begun."""
+        activity = self._activity
+        if activity is None:
+            fn()
+            return
+
+        def check(_: asyncio.Future[None]) -> None:
+            if self._activity is activity:
+                fn()
+            else:
+                self.call_when_idle(fn)  # a wake opened a new activity: wait for that one too
+
+        activity.add_done_callback(check)
+
     def converge(self, last_turn: int, wake_requested: bool) -> None:
         """End the current activity (a driver's or a maintenance task's `finally` calls this once).
 

@@ -4,8 +4,8 @@ An fsync costs milliseconds on a shared disk, and a fan-out of 1,000 children as
 them: one per batch per session plus three per created session. Every request made during one loop
 iteration is instead satisfied by one sync: `SyncGroup.sync` registers its descriptors and
 directories and awaits a future shared by all requests of that iteration; a `call_soon` callback
-(FIFO behind every task that was ready when the first request came) runs one `StoreIO.sync` for all
-of them. While a group sync is in flight, new requests collect into the next group.
+(FIFO behind every task that was ready when the first request came; under inline I/O one pass
+later still, `_collect`) runs one `StoreIO.sync` for all of them. While a group sync is in flight, new requests collect into the next group.
 
 The sync itself (`sync_targets`): Linux `syncfs(2)` flushes every dirty page and inode of one
 filesystem with one journal commit and one cache flush, and since Linux 5.8 reports writeback errors,
@@ -107,6 +107,11 @@ class SyncGroup:
 
     async def sync(self, fds: Iterable[int] = (), dirs: Iterable[Path] = ()) -> None:
         """Return once a sync covering `fds` and `dirs` has returned; raise its `OSError`."""
+        await asyncio.shield(self.request(fds, dirs))
+
+    def request(self, fds: Iterable[int] = (), dirs: Iterable[Path] = ()) -> asyncio.Future[None]:
+        """Register `fds` and `dirs` with the group being collected; return that group's shared
+        future (done once a sync covering them returned). Never await it unshielded: it is shared."""
         loop = asyncio.get_running_loop()
         for fd in fds:
             self._fds[fd] = None
@@ -117,8 +122,15 @@ class SyncGroup:
             waiter = self._waiter = loop.create_future()
             waiter.add_done_callback(_retrieve)
             if not self._running:
-                loop.call_soon(self._start)
-        await asyncio.shield(waiter)
+                loop.call_soon(self._collect if self._inline else self._start)
+        return waiter
+
+    def _collect(self) -> None:
+        """Inline I/O: start the group one ready-queue pass later. There a checkpoint requests its
+        sync the moment it writes (no barrier or writer task delays it), so without this pass the
+        tasks woken by the same iteration's events would each miss the group and get their own
+        (a 1,000-child fan-out ran 513 syncs instead of ~410). FIFO like every callback: no clock."""
+        asyncio.get_running_loop().call_soon(self._start)
 
     def _start(self) -> None:
         waiter = self._waiter

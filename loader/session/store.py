@@ -26,18 +26,20 @@ a temp file, is synced, and is published with a hard link (EEXIST keeps `SESSION
 flock is taken on the temp file, so it is held on the final file before the session is published
 (`_fileio.create_session_file`). A directory a kill left behind reads as `SESSION_UNMATERIALIZED`.
 
-Load (§5.6): rule "claim and entry are one durable fact". The closers of a crash-open turn re-queue
-every message a claim in that turn removed and no `user/message` entered, at the head of its list
-(`repair.interrupted_turn_closers`); like every closer they are appended, never rewritten. A live
+Load (§5.6): rule "claim and entry are one durable fact" (the file work is `_loadfile`). A live
 pre-step checkpoint failure still consumes its claim: that turn's `turn/end` makes it a closed turn.
 
 Replay runs (`inline_io=True`, SPEC §26 item 1): under a transcript nothing external happens, so
 the order of all agents must be a function of the transcript alone. A worker thread would make
 *when* the loop resumes an awaiting task depend on the OS scheduler, so there the same blocking
 calls run inline on the loop thread, and the write-behind timer is always next-loop-iteration
-(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. The task
-structure (one writer task, one shared barrier) is the same in both modes, so every invariant
-above holds unchanged; only the thread hop goes.
+(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. There a write
+needs no task either (issue 13): the timer's callback or the flush itself writes the queue at once
+(`_write_inline`); with `fsync` the batch is committed only when the group sync covering it returns,
+and until then `writer` is a future that sync's callback completes, so "one write in flight", the
+truncate-on-failure rule and "a flush that returns means fsynced" hold as with the writer task. A
+flush with fsync off and nothing in flight therefore returns without suspending: what a checkpoint
+costs in loop iterations is not part of the replay contract (transcripts/README.md).
 
 I/O seam: every append and truncation goes through a `StoreIO` (`size`, `write`, `truncate`;
 defined with `FileIO` and `append_batch` in `_fileio.py`, re-exported here). `SessionStore(io=...)`
@@ -54,22 +56,15 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dsh.loader.errors import CheckpointError, SessionError
 from dsh.loader.ids import is_valid_session_id
 from dsh.loader.session._syncgroup import SyncGroup
-from dsh.loader.session._fileio import (
-    FileIO,
-    StoreIO,
-    append_batch,
-    check_dirs,
-    create_session_file,
-    lock_exclusive,
-    open_regular,
-)
+from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file
+from dsh.loader.session._loadfile import load_session_file, locking_call
 from dsh.loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
-from dsh.loader.session.repair import ReadResult, check_resumable, parse, read, read_raw
+from dsh.loader.session.repair import ReadResult, read
 from dsh.loader.session.session import Session
 from dsh.loader.texts import render
 
@@ -88,40 +83,15 @@ class _Live:
         self.committed = committed  # file size after the last confirmed write
         self.queue: list[bytes] = []  # encoded lines, oldest first; the head batch may be a failed one
         self.timer: asyncio.Handle | None = None
-        self.writer: asyncio.Task[BaseException | None] | None = None
+        # The write in flight: a task (thread I/O), or under inline I/O a future the group sync's
+        # callback completes; its result is the write's failure, or None.
+        self.writer: asyncio.Future[BaseException | None] | None = None
         self.barrier: asyncio.Task[None] | None = None
         self.closing: asyncio.Task[None] | None = None
         self.error: BaseException | None = None  # the last write failure, cleared by a success
 
 
-_T = TypeVar("_T")
-
-
-async def _locking_call(
-    fd_of: Callable[[_T], int], fn: Callable[..., _T], *args: Any, inline: bool = False
-) -> _T:
-    """Run `fn` in a thread; if our caller is cancelled meanwhile, close the lock fd it opens.
-
-    A thread cannot be cancelled: without this, a cancelled `create`/`load` would leave the file
-    locked by a descriptor nobody owns until the process exits. With `inline` (replay runs, SPEC
-    §26 item 1) `fn` runs on the loop thread: there is no await, so nothing to cancel.
-    """
-    if inline:
-        return fn(*args)
-    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-
-        def release(done: asyncio.Future[_T]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                os.close(fd_of(done.result()))
-
-        future.add_done_callback(release)
-        raise
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     # Shared tasks are awaited through shield(); mark the exception retrieved even if nobody stayed.
     if not task.cancelled():
         task.exception()
@@ -250,7 +220,68 @@ class SessionStore:
     def _on_timer(self, live: _Live) -> None:
         live.timer = None
         if live.writer is None and live.barrier is None and live.queue:
-            self._start_write(live)
+            if self.inline_io:
+                self._write_inline(live, rearm=True)  # a failure is remembered and retried
+            else:
+                self._start_write(live)
+
+    def _write_inline(self, live: _Live, *, rearm: bool) -> BaseException | None:
+        """Write the whole queue now, on the loop thread, with no task (replay runs, SPEC §26 item 1).
+
+        Without fsync the batch is committed before this returns. With fsync the batch is written
+        now but committed only when the group sync that covers it returns: until then `live.writer`
+        is a future completed by that sync's callback, so one write is in flight, as with a task.
+        Returns the write's failure (remembered in `live.error`); a sync failure is the writer's result.
+        """
+        assert live.writer is None, "one write per session at a time"
+        count = len(live.queue)
+        data = b"".join(live.queue)
+        try:
+            size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+        except Exception as exc:
+            live.error = exc
+            logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
+            return exc
+        if not self.fsync:
+            self._commit(live, count, size, rearm=rearm)
+            return None
+        writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        writer.add_done_callback(_retrieve)
+        live.writer = writer
+        group = self._sync.request(fds=[live.lock_fd])
+        group.add_done_callback(functools.partial(self._on_synced, live, writer, count, size, size - len(data)))
+        return None
+
+    def _on_synced(
+        self, live: _Live, writer: asyncio.Future[BaseException | None], count: int, size: int, before: int,
+        group: asyncio.Future[None],
+    ) -> None:
+        """The group sync covering an inline batch returned: commit it, or cut it back (the
+        truncate-on-failure rule: `committed` only ever names fsynced bytes)."""
+        live.writer = None
+        error = None if group.cancelled() else group.exception()
+        if group.cancelled() or error is not None:
+            try:
+                self.io.truncate(live.path, before, self.fsync)
+            except Exception:
+                logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            if group.cancelled():  # the loop is going away: nobody may be told the data is durable
+                writer.cancel()
+                return
+            live.error = error
+            logger.warning("session %s: sync of %d events failed: %s", live.session.id, count, error)
+            writer.set_result(error)
+            return
+        writer.set_result(None)
+        self._commit(live, count, size, rearm=True)
+
+    def _commit(self, live: _Live, count: int, size: int, *, rearm: bool) -> None:
+        # The batch leaves the queue in the same step that records the new size.
+        live.error = None
+        live.committed = size
+        del live.queue[:count]
+        if rearm and live.queue and live.barrier is None and live.timer is None:
+            self._arm_timer(live)  # events that arrived during the write
 
     def _start_write(self, live: _Live) -> asyncio.Task[BaseException | None]:
         assert live.writer is None, "one write per session at a time"
@@ -265,14 +296,9 @@ class SessionStore:
     async def _write(self, live: _Live, count: int, data: bytes) -> BaseException | None:
         """Write the head `count` lines; return the failure instead of raising it (it is remembered)."""
         try:
-            if self.inline_io:
-                # SPEC §26 item 1: on the loop thread under replay; still one write in flight, since
-                # the writer task is registered before this runs and the call holds the loop.
-                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
-            else:
-                size = await asyncio.to_thread(
-                    functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
-                )
+            size = await asyncio.to_thread(  # thread I/O only: inline writes go through `_write_inline`
+                functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
+            )
             if self.fsync:
                 await self._synced(live, size - len(data))
         except Exception as exc:
@@ -309,6 +335,9 @@ class SessionStore:
         live = self._live.get(session.id)
         if live is None or live.session is not session:
             return
+        if self.inline_io:
+            await self._flush_inline(live)
+            return
         if live.barrier is None:
             if not live.queue and live.writer is None:
                 return
@@ -317,6 +346,27 @@ class SessionStore:
             )
             live.barrier.add_done_callback(_retrieve)
         await asyncio.shield(live.barrier)
+
+    async def _flush_inline(self, live: _Live) -> None:
+        """The barrier without a task (replay runs): with nothing in flight and fsync off it returns
+        without suspending; with fsync it waits for the group sync covering its batch, so a
+        checkpoint is still durable before the step proceeds. A write in flight is waited for and
+        a failure there retried, as `_drain` does."""
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        while True:
+            if live.writer is not None:
+                await asyncio.shield(live.writer)
+                continue
+            if not live.queue:
+                return
+            error = self._write_inline(live, rearm=False)
+            if error is None and live.writer is not None:
+                error = await asyncio.shield(live.writer)
+            if error is not None:
+                message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                raise CheckpointError(message) from error
 
     async def _drain(self, live: _Live) -> None:
         try:
@@ -380,43 +430,11 @@ class SessionStore:
         if not is_valid_session_id(session_id):
             raise SessionError("SESSION_NOT_FOUND", render("R-SESSION-NOT-AN-ID", id=session_id))
         path = self.path(session_id)
-        result, closers, fd, size = await _locking_call(
-            lambda r: r[2], self._load_file, session_id, path, inline=self.inline_io
+        result, closers, fd, size = await locking_call(
+            lambda r: r[2], load_session_file, self.io, self.fsync, (self.home, self.sessions_dir), session_id, path,
+            inline=self.inline_io,
         )
         if session_id in self._live:  # a concurrent create/load in this store won the race
             os.close(fd)
             raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-HERE", id=session_id))
         return self._publish(result.header, result.events + closers, path, fd, size)
-
-    def _load_file(self, session_id: str, path: Path) -> tuple[ReadResult, list[Event], int, int]:
-        raw = read_raw(path)
-        result = parse(raw, source=str(path))
-        closers = check_resumable(session_id, result)  # every line validated before any write
-        check_dirs(self.home, self.sessions_dir, path.parent)  # issue 15 item 1: before any write
-        fd = open_regular(path, os.O_RDWR | os.O_APPEND)  # held for the session's batches (`FileIO.attach`)
-        try:
-            lock_exclusive(fd, session_id)
-            if os.fstat(fd).st_size != len(raw):
-                # The previous holder wrote between our read and our lock: decide on what is there now.
-                raw = read_raw(path)
-                result = parse(raw, source=str(path))
-                closers = check_resumable(session_id, result)
-            size = len(raw)
-            try:
-                if result.issue is not None:
-                    size = result.issue["truncateTo"]
-                    logger.warning("session %s: truncating torn tail at byte %d", session_id, size)
-                    self.io.truncate(path, size, self.fsync)
-                if closers:
-                    logger.warning(
-                        "session %s: closing interrupted turn with %d events", session_id, len(closers)
-                    )
-                    data = b"".join(encode_line(event) for event in closers)
-                    size = append_batch(self.io, path, data, self.fsync, size)
-            except OSError as exc:
-                raise CheckpointError(render("R-SESSION-REPAIR", id=session_id, error=exc)) from exc
-        except BaseException:
-            os.close(fd)
-            raise
-        return result, closers, fd, size
-

@@ -9,6 +9,7 @@ then releases ownership (§9.3 rule 1, "send before release_ownership").
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Set
 from typing import TYPE_CHECKING, Any, Protocol
@@ -56,14 +57,16 @@ _KEEP = object()
 
 async def watch(m: Residency, a: Activation) -> None:
     """The watcher (§8.10): dispose `a` once it reads settled under its child lock."""
+    loop = asyncio.get_running_loop()
     while a.disposal is None:
         poked = a.poke
-        idle = asyncio.ensure_future(a.agent.when_idle())
-        try:
-            await asyncio.wait({idle, poked}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not idle.done():
-                idle.cancel()
+        # Woken by callbacks (the poke, the agent going idle), not a task and an `asyncio.wait`
+        # per wait (issue 13); a callback that comes after the wake is a no-op.
+        wake: asyncio.Future[None] = loop.create_future()
+        fire = functools.partial(_resolve, wake)
+        poked.add_done_callback(fire)
+        a.agent.call_when_idle(fire)
+        await wake
         if a.disposal is not None:
             return
 
@@ -95,7 +98,8 @@ def dispose(m: Residency, a: Activation) -> asyncio.Future[None]:
     # --- S5 begin: cancellation propagates top-down atomically ---
     m.open_disposal(a, done)  # (0) the admission cutoff, (1) poke
     a.agent.cancel({"kind": "parent"})  # (2) clears the inbox durably, aborts the turn
-    idle = asyncio.ensure_future(a.agent.when_idle())  # (3) a task, so the wait starts now
+    idle: asyncio.Future[None] = loop.create_future()  # (3) the wait starts now (a callback, no task)
+    a.agent.call_when_idle(functools.partial(_resolve, idle))
     children = [
         dispose(m, child)  # (4)
         for cid in sorted(a.owned_children)
@@ -182,6 +186,11 @@ async def _transaction(
         done.set_exception(failure)
     else:
         done.set_result(None)
+
+
+def _resolve(fut: asyncio.Future[None], *_: object) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

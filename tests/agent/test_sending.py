@@ -125,6 +125,23 @@ async def test_waking_send_during_abort_convergence_latches_and_runs(make_runtim
     assert user_texts(agent) == ["A", "B"]
 
 
+async def test_call_when_idle_waits_for_the_activity_a_latched_wake_opens(make_runtime):
+    """The callback form of `when_idle` (issue 13: the settlement watcher and the disposal wait
+    with it, no task): the latched wake replayed at convergence opens a second activity, and the
+    callback fires only once that one has ended too, as `when_idle` returns."""
+    rt = await make_runtime([{"hang": {}}, {"text": "B done"}])
+    agent = await rt.new_agent()
+    reached = hang_reached(rt)
+    agent.followup(user_message("A"))
+    await reached.wait()
+    fired: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+    agent.call_when_idle(lambda: fired.set_result([r["kind"] for r in ends(agent)]))
+    agent.cancel({"kind": "user"}, keep_inbox=True)
+    agent.followup(user_message("B"))  # latched: runs when the aborted activity converges
+    assert await asyncio.wait_for(fired, 10) == ["aborted", "completed"]  # backstop only
+    assert agent.status == "idle"
+
+
 async def test_default_cancel_before_convergence_clears_inbox_and_latch(make_runtime):
     """Matrix 7."""
     rt = await make_runtime([{"hang": {}}, {"text": "later"}])

@@ -17,7 +17,7 @@ import pytest
 
 from dsh.loader.errors import CheckpointError
 from dsh.loader.session import FileIO, SessionStore, make_header, read
-from dsh.loader.session._syncgroup import SYNCFS_MIN_TARGETS, sync_targets
+from dsh.loader.session._syncgroup import SYNCFS_MIN_TARGETS, SyncGroup, sync_targets
 
 
 class RecordingIO(FileIO):
@@ -83,7 +83,8 @@ async def test_creations_of_one_loop_iteration_share_their_two_syncs(tmp_path: P
         assert read(store.path(session.id)).header["id"] == session.id
 
 
-async def test_a_flush_returns_only_after_the_sync_that_covers_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [False, True])
+async def test_a_flush_returns_only_after_the_sync_that_covers_it(tmp_path: Path, inline: bool) -> None:
     order: list[str] = []
 
     class Gate(FileIO):
@@ -91,7 +92,7 @@ async def test_a_flush_returns_only_after_the_sync_that_covers_it(tmp_path: Path
             order.append("sync")
             super().sync(fds, dirs)
 
-    store = SessionStore(tmp_path / "home", batch_delay_ms=60_000, fsync=True, io=Gate())
+    store = SessionStore(tmp_path / "home", batch_delay_ms=60_000, fsync=True, io=Gate(), inline_io=inline)
     session = await store.create(make_header("session-a", created_at=1))
     order.clear()
     session.append("turn/start", {"turn": 1})
@@ -135,3 +136,32 @@ def test_sync_targets_syncs_small_groups_per_target_and_large_ones_per_filesyste
     finally:
         for fd in fds:
             os.close(fd)
+
+
+async def test_an_inline_flush_without_fsync_returns_without_suspending(tmp_path: Path) -> None:
+    """Issue 13 item (a): under inline I/O (replay) with nothing in flight, the checkpoint is a plain
+    write, no barrier or writer task: the coroutine finishes at its first step."""
+    store = SessionStore(tmp_path / "home", batch_delay_ms=60_000, fsync=False, inline_io=True)
+    session = await store.create(make_header("session-a", created_at=1))
+    session.append("turn/start", {"turn": 1})
+
+    flush = store.flush(session)
+    with pytest.raises(StopIteration):
+        flush.send(None)  # a suspension would yield a future here instead
+
+    assert [e["type"] for e in read(store.path(session.id)).events] == ["turn/start"]
+    await store.close(session)
+
+
+async def test_an_inline_group_starts_one_pass_later_so_wakes_of_the_same_iteration_share_it(tmp_path: Path) -> None:
+    """Under inline I/O a checkpoint requests its sync the moment it writes; a request made by a
+    callback queued behind the first one's must still join its group (`SyncGroup._collect`)."""
+    groups: list[list[int]] = []
+    group = SyncGroup(lambda fds, dirs: groups.append(fds), inline=True)
+    loop = asyncio.get_running_loop()
+
+    first = group.request(fds=[1])
+    loop.call_soon(group.request, [2])  # queued after the group's start was
+
+    await asyncio.shield(first)
+    assert groups == [[1, 2]]

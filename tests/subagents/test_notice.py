@@ -272,14 +272,14 @@ async def test_middle_in_maintenance_stays_resident_for_notices_and_runs_them_af
     watched: dict[str, asyncio.Event] = {}
 
     class WatchedAgent(Agent):
-        """Signals the first `when_idle` call after it is armed: the middle's watcher (or a disposal
+        """Signals the first `call_when_idle` after it is armed: the middle's watcher (or a disposal
         it opened) has acted on the latest release."""
 
-        def when_idle(self):  # type: ignore[override]
+        def call_when_idle(self, fn):  # type: ignore[no-untyped-def]
             event = watched.pop(self.id, None)
             if event is not None:
                 event.set()
-            return super().when_idle()
+            return super().call_when_idle(fn)
 
     tree = await make_tree(
         {
