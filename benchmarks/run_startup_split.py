@@ -31,15 +31,10 @@ def one(transcript: str) -> list[tuple[str, float]]:
 
     import asyncio  # noqa: F401
     mark("asyncio (with ssl, concurrent.futures, logging)")
-    import pydantic.fields  # noqa: F401
-    import pydantic.main  # noqa: F401
-    import pydantic.types  # noqa: F401
-    mark("pydantic's import (pydantic-core, annotated-types, zoneinfo...)")
-    import pydantic.plugin._loader  # noqa: F401
-    mark("pydantic's plugin discovery (importlib.metadata)")
-    import dsh.loader.config.schema  # noqa: F401
+    import dsh.loader.config.lean  # noqa: F401
     import dsh.loader.transcripts  # noqa: F401
-    mark("dsh's schema models (config, transcripts, fences)")
+    import dsh.loader.transcripts.lean  # noqa: F401
+    mark("dsh's lean schemas (config, transcripts), instead of pydantic and its models")
     import dsh.loader.config  # noqa: F401
     import dsh.loader.headless  # noqa: F401
     mark("dsh's runtime modules (headless and below)")
@@ -61,6 +56,7 @@ def one(transcript: str) -> list[tuple[str, float]]:
         sys.stdout = out
     mark("the run itself (load, compose, run the tree, flush)")
     marks.append(("total in-process", time.perf_counter() - start))
+    assert "pydantic" not in sys.modules, "a plain transcript run imported pydantic"
     return marks
 
 

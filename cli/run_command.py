@@ -71,7 +71,8 @@ def run_command(
     if record is not None and resume is not None and task is None:
         fail("--record with --resume needs the TASK to record", 2)
     try:
-        script = load_transcript(transcript) if transcript is not None else None
+        # lean: validated without importing pydantic unless the input is invalid or unusual (issue 13)
+        script = load_transcript(transcript, lean=True) if transcript is not None else None
         if script is not None:
             from dsh.loader.tools import lint_transcript
 
@@ -83,7 +84,7 @@ def run_command(
                              parked=parked, max_children=max_children, max_requests=max_requests,
                              max_tokens=max_tokens, engine=engine)
         # The command line outranks every config layer (issue 15 finding 9, issue 16).
-        composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags)
+        composed = compose(profile=profile, overlays=overlay or [], transcript=script, flags=flags, lean=True)
     except DshError as exc:
         fail(exc.message, 2)
     config = composed.config

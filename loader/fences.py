@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from dsh.loader.agent import Agent, Idle, PreStep
 from dsh.loader.errors import CheckpointError, DshError
-from dsh.loader.transcripts.fence_schema import Condition, Fence
 
 if TYPE_CHECKING:
+    from dsh.loader.transcripts.fence_schema import Condition, Fence
     from dsh.loader.tree import Tree
     from dsh.loader.models import ReplayProvider
 

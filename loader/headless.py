@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dsh.loader.agent import Agent, AgentOptions, run_outcome, user_message
-from dsh.loader.config import Config
 from dsh.loader.errors import ConfigError, DshError
 from dsh.loader.fences import Fences
 from dsh.loader.models import ModelProvider, ReplayProvider
@@ -29,6 +28,9 @@ from dsh.loader.session import SessionStore
 from dsh.loader.sinks import ChildLedger, RunSinks, UsageLedger, attach_sinks, waiting_entries
 from dsh.loader.tree import Quiescence, Tree, quiescence, refuse_child_resume
 from dsh.loader.transcripts import Transcript
+
+if TYPE_CHECKING:
+    from dsh.loader.config import Config
 
 __all__ = [
     "EXIT_CODES",
@@ -102,7 +104,7 @@ class RunRequest:
     """Everything one `dsh run` needs; `config` is the composed configuration (§14)."""
 
     home: Path
-    config: Config = field(default_factory=Config)
+    config: Config = field(default_factory=lambda: _default_config())
     task: str | None = None
     transcript: Transcript | None = None
     provider: ModelProvider | None = None
@@ -342,6 +344,12 @@ def _on_stall(request: RunRequest, tree: Tree, root: Agent, parked_ids: list[str
         request.sinks.records.emit(record("waiting", rootSessionId=root.id, parked=entries))
     if request.sinks.on_waiting is not None:
         request.sinks.on_waiting(entries)
+
+
+def _default_config() -> Config:
+    from dsh.loader.config import Config  # pydantic: only for a request that brings no config
+
+    return Config()
 
 
 def system_prompt(config: Config) -> str:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # providers, config and the host; `testing/` sits on headless; `cli/` on everything.
 RANKS: dict[str, float] = {
     # base leaves, then the base modules that build on them (ids on errors, yamlpos on inputfile)
-    **dict.fromkeys(("abort", "errors", "texts", "emitter", "boundedjson", "inputfile", "ndjson", "yamlfast"), 0),
+    **dict.fromkeys(("abort", "errors", "texts", "emitter", "boundedjson", "inputfile", "ndjson", "yamlfast", "lean"), 0),
     **dict.fromkeys(("ids", "yamlpos", "homedir", "problems"), 0.5),  # problems: texts; pydantic models passed in
     "shipped": 1,
     "session": 1,

@@ -15,8 +15,6 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
-from pydantic import BaseModel
-
 from dsh.loader.abort import AbortController, Aborted, AbortSignal
 from dsh.loader.agent.inbox import Message, Target
 from dsh.loader.agent.phase import PreStep, Running
@@ -29,6 +27,7 @@ from dsh.loader.texts import render
 
 if TYPE_CHECKING:
     from dsh.loader.agent.agent import Agent
+    from dsh.loader.agent.tooling import ToolParameters
 
 __all__ = ["OpenedTurn", "drive", "open_turn"]
 
@@ -342,7 +341,7 @@ async def _next_chunk(stream: Any, signal: AbortSignal, inline_first: bool = Fal
 
 
 @functools.lru_cache(maxsize=256)
-def _schema(parameters: type[BaseModel]) -> dict[str, Any]:
+def _schema(parameters: ToolParameters) -> dict[str, Any]:
     """A tool's JSON schema, built once per parameter model: generating it costs ~150 µs, paid on
     every step of every agent otherwise. Callers must not mutate the returned mapping."""
     return parameters.model_json_schema()

@@ -16,7 +16,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent.inbox import Message
@@ -142,7 +141,13 @@ def _prepare(tool: Tool | None, name: str, arguments: str) -> tuple[dict[str, An
         return None, tool.parameters.model_validate(raw)
     except json.JSONDecodeError as exc:
         return {"code": "INVALID_ARGS", "message": render("T-ERR-INVALID-ARGS", issues=f"not JSON: {exc.msg}")}, None
-    except ValidationError as exc:
+    except Exception as exc:
+        # Imported here: a tool's parameters validate without pydantic when they can (issue 13), so
+        # only invalid arguments reach a pydantic model, and pydantic is loaded when it raised.
+        from pydantic import ValidationError
+
+        if not isinstance(exc, ValidationError):
+            raise
         issues = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
         )

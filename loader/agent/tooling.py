@@ -1,7 +1,8 @@
 """The agent's view of tools (SPEC §6.9): a `Protocol` the higher `tools/` layer implements.
 
 The agent runs tools but must not import them (dependencies point one way), so it declares what it
-needs here: a name, a pydantic parameter model, a description, whether the call may run in the rolling
+needs here: a name, its parameters (a pydantic model, or anything with its two methods:
+`loader.tools.params` validates without importing pydantic, issue 13), a description, whether the call may run in the rolling
 pool, an optional system-prompt section, and `run(args, exec)`.
 """
 
@@ -11,15 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel
-
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent.inbox import Message
 
 if TYPE_CHECKING:
     from dsh.loader.agent.agent import Agent
 
-__all__ = ["Tool", "ToolExec", "ToolOutput"]
+__all__ = ["Tool", "ToolExec", "ToolOutput", "ToolParameters"]
+
+
+class ToolParameters(Protocol):
+    """A tool's arguments: validated (raising pydantic's `ValidationError` when invalid) and their
+    JSON schema for the model. A pydantic model class is one."""
+
+    def model_validate(self, obj: Any) -> Any: ...
+    def model_json_schema(self) -> dict[str, Any]: ...
+    def __hash__(self) -> int: ...  # the agent caches the schema per parameters
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Tool(Protocol):
     @property
     def description(self) -> str: ...
     @property
-    def parameters(self) -> type[BaseModel]: ...
+    def parameters(self) -> ToolParameters: ...
     @property
     def concurrency_safe(self) -> bool: ...
     @property

@@ -31,15 +31,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
-
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
+from typing import TYPE_CHECKING, Any
 
 from dsh.loader.boundedjson import JsonProblem, loads_bounded
 from dsh.loader.config._layers import Layer
-from dsh.loader.config.schema import Config
+from dsh.loader.config.lean import CONFIG
 from dsh.loader.texts import render
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from pydantic.fields import FieldInfo
 
 __all__ = ["ENV_DELIMITER", "ENV_PREFIX", "env_layers", "env_profile"]
 
@@ -49,7 +50,7 @@ NONE_STRING = "null"
 _PREFIX = ENV_PREFIX.lower()
 
 
-SECTIONS = frozenset(Config.model_fields)
+SECTIONS = frozenset(f.name for f in CONFIG.fields)  # `Config`'s fields, without importing pydantic
 
 
 def env_profile(environ: Mapping[str, str]) -> str | None:
@@ -86,6 +87,7 @@ def env_layers(environ: Mapping[str, str]) -> tuple[list[Layer], list[str]]:
             continue
         path, is_section = checked
         from dsh.loader.config._settings import EnvironSource, SettingsError  # a variable is set
+        from dsh.loader.config.schema import Config
 
         try:
             decoded = EnvironSource({name: raw})()
@@ -111,6 +113,8 @@ def _check(name: str, segments: list[str], raw: str) -> str | tuple[list[str], b
     """The problem with a configuration variable's name (a segment that names no key), or with
     its section value, which must be a JSON object (or `null`). Without a problem: the key's
     camelCase path and whether it names a section."""
+    from dsh.loader.config.schema import Config  # a configuration variable is set: pydantic's turn
+
     model: type[BaseModel] | None = Config
     path: list[str] = []
     for i, segment in enumerate(segments):
@@ -161,6 +165,8 @@ def _field(model: type[BaseModel], key: str, *, exact: bool = False) -> tuple[st
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
+    from pydantic import BaseModel
+
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return None

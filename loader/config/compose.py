@@ -31,18 +31,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from dsh.loader.config._environment import env_layers, env_profile
 from dsh.loader.config._layers import Layer, Merged, file_layer
 from dsh.loader.config._render import DEFAULT_SOURCE, render_yaml
-from dsh.loader.config.schema import Config
 from dsh.loader.errors import ConfigError
 from dsh.loader.problems import in_position_order, unknown_key_problem
 from dsh.loader.shipped import ShippedKind, resolve_name, shipped_dir
 from dsh.loader.yamlpos import Loc
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from dsh.loader.config.schema import Config
     from dsh.loader.transcripts import Transcript
 
 __all__ = ["ComposedConfig", "compose"]
@@ -105,10 +105,13 @@ def compose(
     cwd: Path | None = None,
     pytest_plugin: bool = False,
     flags: Sequence[Layer] = (),
+    lean: bool = False,
 ) -> ComposedConfig:
     """Build the configuration of one run. `environ` defaults to `os.environ` and `cwd` to the
     process cwd; tests pass both so they never touch process state. `flags` are the command-line
-    overrides (`flag_layer("--model", "model.model", value)`), in argv order."""
+    overrides (`flag_layer("--model", "model.model", value)`), in argv order. `lean`: validate
+    without pydantic where `loader.config.lean` is sure (issue 13; `dsh run` does), so `config` may
+    be a lean record of the same values; anything else is validated, and reported, by pydantic."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     base = Path.cwd() if cwd is None else cwd
 
@@ -137,10 +140,19 @@ def compose(
     for layer in layers:
         merged.apply(layer)
     config: Config | None = None
-    try:
-        config = Config.model_validate(merged.values, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        problems.extend(_validation_problems(exc, merged))
+    if lean:
+        from dsh.loader.config.lean import lean_config
+
+        config = lean_config(merged.values)
+    if config is None:
+        from pydantic import ValidationError
+
+        from dsh.loader.config.schema import Config
+
+        try:
+            config = Config.model_validate(merged.values, by_alias=True, by_name=False)
+        except ValidationError as exc:
+            problems.extend(_validation_problems(exc, merged))
     if problems or config is None:
         raise ConfigError("\n".join(in_position_order(problems)))
 
@@ -207,6 +219,8 @@ def _without_testing(layer: Layer) -> Layer:
 
 
 def _validation_problems(exc: ValidationError, merged: Merged) -> list[str]:
+    from dsh.loader.config.schema import Config
+
     problems: list[str] = []
     for err in exc.errors():
         loc: Loc = tuple(err["loc"])

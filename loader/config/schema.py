@@ -10,17 +10,18 @@ below may change it or read YAML or `os.environ` itself (STYLE §8).
 must spell keys in camelCase and a snake_case key there is an unknown key.
 
 Constraints live in the types, so a bad value fails validation with pydantic's message and
-`compose` only has to say where it came from.
+`compose` only has to say where it came from. `lean.py` holds the same schema as tables, which
+`compose(lean=True)` validates without pydantic (issue 13); a test pins that the two agree.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dsh.loader.config.lean import MAX_DURATION_SECONDS, MAX_GRACE_SECONDS, env_name, http_url
 from dsh.loader.texts import TEXTS
 
 __all__ = [
@@ -36,29 +37,11 @@ __all__ = [
     "TestingConfig",
 ]
 
-_URL = re.compile(r"^https?://[^\s/]+\S*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _http_url(value: str) -> str:
-    # Kept as the string the user wrote: pydantic's HttpUrl would append "/" to a bare host and
-    # `dsh config show` would then print a value nobody configured.
-    if not _URL.match(value):
-        raise ValueError("must be an http:// or https:// URL")
-    return value
-
-
-def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError("must be an environment variable name (letters, digits, underscores)")
-    return value
-
-
 # Issue 15 item 7: no setting is infinite. `allow_inf_nan=False` refuses `.inf` and `.nan` in every
 # float field, and durations have an upper bound, since a timeout of 1e300 s overflows the clocks
-# and socket timeouts it reaches.
-MAX_DURATION_SECONDS = 86_400.0
-MAX_GRACE_SECONDS = 3_600.0
+# and socket timeouts it reaches. The bounds and the two value checks live in `lean` (pydantic-free).
+_http_url = http_url
+_env_name = env_name
 
 
 class _Schema(BaseModel):

@@ -1,7 +1,7 @@
 """The four control methods of SPEC §18.2, behind the transport in `server.py`.
 
 Each method validates its params with a pydantic model (`extra="forbid"`, strict, camelCase keys
-only) and answers with a plain dict or raises `RpcError`. The manager's typed errors are translated
+only; `params.py`), or without pydantic when the lean table `PARAMS` is sure (issue 13), and answers with a plain dict or raises `RpcError`. The manager's typed errors are translated
 here and nowhere else (§18.3): `UNAUTHORIZED` → subagent-unauthorized, `NOT_RESUMABLE` →
 subagent-not-resumable, `DRAINING` / `ACTIVATION_CLOSING` → subagent-delivery-unavailable; anything
 else is left to the server, which answers `internal`.
@@ -18,10 +18,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from dsh.loader.abort import Aborted, AbortSignal
 from dsh.loader.errors import SubagentError
@@ -35,10 +32,12 @@ from dsh.loader.host.protocol import (
     unauthorized,
 )
 from dsh.loader.ids import session_id_problem
+from dsh.loader.lean import REQUIRED, Field, Schema, camel, validate
 from dsh.loader.subagents import UserAuthority, interrupt, list_agents, status_of
 
 if TYPE_CHECKING:
     from dsh.loader.agent import Agent
+    from dsh.loader.host.params import InterruptParams, ListParams, PromptParams, StatusParams
     from dsh.loader.tree import Tree
 
 __all__ = [
@@ -55,44 +54,38 @@ logger = logging.getLogger(__name__)
 RunState = Literal["running", "stalled", "shutting-down"]
 
 
-def _session_id(value: str) -> str:
+def check_session_id(value: str) -> str:
+    """The one session-id check of the params (issue 15 item 4), for the lean tables and the models."""
     problem = session_id_problem(value)
     if problem is not None:
         raise ValueError(f"not a session id: {problem}")
     return value
 
 
-SessionId = Annotated[str, AfterValidator(_session_id)]  # the one validator (issue 15 item 4)
-
 _DESCRIPTOR_SCAN = 4  # the descriptor is written right after the header (§8.2), i.e. at seq 0
 
 
-class _Params(BaseModel):
-    # defer_build: the validators are built on the first request, not at import; most runs serve
-    # none, and building these four cost a `dsh run --transcript` ~1.5% of its start-up (issue 13).
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=False, extra="forbid", strict=True, frozen=True,
-        defer_build=True,
+def _f(name: str, kind: tuple[Any, ...], default: Any = REQUIRED) -> Field:
+    return Field(name, camel(name), kind, default)
+
+
+# The params as `loader.lean` tables (issue 13): a well-formed request is validated without pydantic,
+# which the run then never imports; anything else goes to the pydantic model of the same name in
+# `params.py` (strict, camelCase keys only), whose errors are the answer. `tests/test_lean.py` pins
+# that the tables and the models agree.
+_SESSION_ID = ("str", {"check": check_session_id})
+_CHILD = (_f("parent_session_id", _SESSION_ID), _f("child_session_id", _SESSION_ID),
+          _f("mode", ("lit", ("continuable",)), "continuable"))
+PARAMS: dict[str, Schema] = {
+    schema.name: schema
+    for schema in (
+        Schema("InterruptParams", _CHILD),
+        Schema("PromptParams", (*_CHILD, _f("message", ("str", {"min_length": 1})))),
+        Schema("ListParams", (_f("parent_session_id", _SESSION_ID),
+                              _f("scope", ("lit", ("children", "descendants")), "children"))),
+        Schema("StatusParams", ()),
     )
-
-
-class InterruptParams(_Params):
-    parent_session_id: SessionId
-    child_session_id: SessionId
-    mode: Literal["continuable"] = "continuable"
-
-
-class PromptParams(InterruptParams):
-    message: Annotated[str, Field(min_length=1)]
-
-
-class ListParams(_Params):
-    parent_session_id: SessionId
-    scope: Literal["children", "descendants"] = "children"
-
-
-class StatusParams(_Params):
-    pass
+}
 
 
 @dataclass
@@ -110,11 +103,11 @@ class Methods:
     started_at: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
 
     def __post_init__(self) -> None:
-        self._table: dict[str, tuple[type[_Params], Callable[[Any], dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]]]] = {
-            "subagent.interrupt": (InterruptParams, self._interrupt),
-            "subagent.prompt": (PromptParams, self._prompt),
-            "subagent.list": (ListParams, self._list),
-            "run.status": (StatusParams, self._status),
+        self._table: dict[str, tuple[str, Callable[[Any], dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]]]] = {
+            "subagent.interrupt": ("InterruptParams", self._interrupt),
+            "subagent.prompt": ("PromptParams", self._prompt),
+            "subagent.list": ("ListParams", self._list),
+            "run.status": ("StatusParams", self._status),
         }
 
     def start(self, method: str, params: Any) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
@@ -188,15 +181,23 @@ class Methods:
         }
 
 
-def _validate(model: type[_Params], params: Any) -> Any:
+def _validate(model: str, params: Any) -> Any:
+    """The params as a lean record or a model instance (see `PARAMS`), or the INVALID_PARAMS answer."""
     if params is None:
-        if model is StatusParams:
-            return StatusParams()
+        if model == "StatusParams":
+            return validate(PARAMS[model], {})
         raise bad_request(INVALID_PARAMS, "params: required", {"errors": [{"loc": "params", "problem": "required"}]})
     if not isinstance(params, dict):
         raise bad_request(INVALID_PARAMS, "params: must be an object", {"errors": [{"loc": "params", "problem": "must be an object"}]})
+    record = validate(PARAMS[model], params)
+    if record is not None:
+        return record
+    from pydantic import ValidationError
+
+    from dsh.loader.host import params as models
+
     try:
-        return model.model_validate(params)
+        return getattr(models, model).model_validate(params)
     except ValidationError as exc:
         # Only location and pydantic's message: never the offending input, which may be large.
         problems = [
@@ -226,3 +227,11 @@ def _label_of(agent: Agent) -> str | None:
             label = event["data"].get("label")
             return str(label) if label is not None else None
     return None
+
+
+def __getattr__(name: str) -> object:
+    if name in PARAMS:  # the pydantic models, on first use
+        from dsh.loader.host import params as models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'dsh.loader.host.methods' has no attribute {name!r}")

@@ -33,7 +33,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.loader.abort import Aborted, AbortSignal
 from dsh.loader.errors import ProviderCode, ProviderError, ScriptedCode
@@ -49,12 +49,14 @@ from dsh.loader.models.protocol import (
 )
 from dsh.loader.transcripts import (
     PlaceholderKind,
-    Reply,
     ReplyForm,
     Transcript,
     UnresolvedPlaceholder,
     resolve_placeholders,
 )
+
+if TYPE_CHECKING:
+    from dsh.loader.transcripts import Reply  # or its lean record (loader.transcripts.lean)
 
 __all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
 

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING
 
 from dsh.loader.agent import ToolExec, ToolOutput
 from dsh.loader.subagents import Catalogue, ContinuationManager, list_agents
 from dsh.loader.tools.delegation import Delegation, LocalDelegation
-from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.tools.params import AGENT_ID, LIST_AGENTS, REPORT
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, render
+
+if TYPE_CHECKING:  # the pydantic models; a lean record of the same fields may stand in (tools.params)
+    from dsh.loader.tools.args import AgentIdArgs, ListAgentsArgs, ReportArgs
 
 __all__ = ["InterruptAgentTool", "ListAgentsTool", "ReportTool"]
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ListAgentsArgs(_Args):
-    scope: Annotated[
-        Literal["children", "descendants"], Field(description=TOOL_PARAMS["list_agents"]["scope"])
-    ] = "children"
 
 
 class ListAgentsTool:
     name = "list_agents"
     description = TOOL_DESCRIPTIONS["list_agents"]
-    parameters = ListAgentsArgs
+    parameters = LIST_AGENTS
     concurrency_safe = True
     system_section = None
 
@@ -54,14 +46,10 @@ class ListAgentsTool:
         return ToolOutput(text="\n".join(lines) or TEXTS["T-LIST-EMPTY"], value=rows)
 
 
-class AgentIdArgs(_Args):
-    agent_id: str
-
-
 class InterruptAgentTool:
     name = "interrupt_agent"
     description = TOOL_DESCRIPTIONS["interrupt_agent"]
-    parameters = AgentIdArgs
+    parameters = AGENT_ID
     concurrency_safe = True
     system_section = None
 
@@ -74,14 +62,10 @@ class InterruptAgentTool:
         return ToolOutput(text=render("T-INTERRUPT", id=args.agent_id), value={"accepted": True})
 
 
-class ReportArgs(_Args):
-    output: Annotated[str, Field(min_length=1, description=TOOL_PARAMS["report"]["output"])]
-
-
 class ReportTool:
     name = "report"
     description = TOOL_DESCRIPTIONS["report"]
-    parameters = ReportArgs
+    parameters = REPORT
     concurrency_safe = True
     system_section = TEXTS["T-SYSTEM-REPORTING"]
 
@@ -92,3 +76,11 @@ class ReportTool:
     async def run(self, args: ReportArgs, exec: ToolExec) -> ToolOutput:
         message_id = await self.delegation.report(exec.agent, args.output, exec.signal)
         return ToolOutput(text=render("T-REPORT-OK", messageId=message_id), value={"messageId": message_id})
+
+
+def __getattr__(name: str) -> object:
+    if name in ("AgentIdArgs", "ListAgentsArgs", "ReportArgs"):  # the pydantic models, on first use
+        from dsh.loader.tools import args
+
+        return getattr(args, name)
+    raise AttributeError(f"module 'dsh.loader.tools.control' has no attribute {name!r}")

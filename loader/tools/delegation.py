@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, ToolExec, ToolOutput, text_of
 from dsh.loader.errors import SubagentError
 from dsh.loader.models.budget import RunBudget
 from dsh.loader.subagents import AncestorAuthority, ContinuationManager, interrupt, report_from, run_one_shot
-from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, TOOL_PARAMS, render
+from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, render
+from dsh.loader.tools.params import SEND_MESSAGE, SUBAGENT
+
+if TYPE_CHECKING:  # the pydantic models; a lean record of the same fields may stand in (tools.params)
+    from dsh.loader.tools.args import SendMessageArgs, SubagentArgs
 
 __all__ = ["Delegation", "LocalDelegation", "SendMessageArgs", "SendMessageTool", "SubagentArgs", "SubagentTool"]
 
@@ -66,20 +68,10 @@ class LocalDelegation:
         return None  # list_agents reads the manager's Activations itself
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SubagentArgs(_Args):
-    prompt: Annotated[str, Field(min_length=1, description=TOOL_PARAMS["subagent"]["prompt"])]
-    label: Annotated[str, Field(min_length=1, max_length=80, description=TOOL_PARAMS["subagent"]["label"])]
-    run_in_background: Annotated[bool, Field(description=TOOL_PARAMS["subagent"]["run_in_background"])] = True
-
-
 class SubagentTool:
     name = "subagent"
     description = TOOL_DESCRIPTIONS["subagent"]
-    parameters = SubagentArgs
+    parameters = SUBAGENT
     concurrency_safe = True
     system_section = TEXTS["T-SYSTEM-DELEGATION"]
 
@@ -118,15 +110,10 @@ class SubagentTool:
         return ToolOutput(text=text or TEXTS["T-SPAWN-FG-EMPTY"], value=value)
 
 
-class SendMessageArgs(_Args):
-    agent_id: str
-    message: Annotated[str, Field(min_length=1)]
-
-
 class SendMessageTool:
     name = "send_message"
     description = TOOL_DESCRIPTIONS["send_message"]
-    parameters = SendMessageArgs
+    parameters = SEND_MESSAGE
     concurrency_safe = True
     system_section = None
 
@@ -142,3 +129,11 @@ class SendMessageTool:
         return ToolOutput(
             text=render("T-SEND", id=args.agent_id, messageId=message_id), value={"messageId": message_id}
         )
+
+
+def __getattr__(name: str) -> object:
+    if name in ("SendMessageArgs", "SubagentArgs"):  # the pydantic models, on first use
+        from dsh.loader.tools import args
+
+        return getattr(args, name)
+    raise AttributeError(f"module 'dsh.loader.tools.delegation' has no attribute {name!r}")

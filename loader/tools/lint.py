@@ -1,7 +1,7 @@
 """Transcript lint (issue 10): tool calls in replies checked against the real tool schemas.
 
 A transcript is a script for the model, and the model's tool calls are what the runtime validates
-with each tool's pydantic `parameters` model (§12.1). Without a lint, `report: {message: …}` or a
+with each tool's `parameters` (§12.1; `loader.tools.params`). Without a lint, `report: {message: …}` or a
 made-up tool name loads fine and only shows up as an `INVALID_ARGS` / unknown-tool result deep in a
 flow. `lint_transcript` checks, for every `toolCalls` entry of every reply:
 
@@ -24,23 +24,14 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from dsh.loader.errors import TranscriptError
-from dsh.loader.tools.control import AgentIdArgs, ListAgentsArgs, ReportArgs
-from dsh.loader.tools.delegation import SendMessageArgs, SubagentArgs
+from dsh.loader.tools.params import PARAMETERS, Parameters
 from dsh.loader.transcripts import Transcript
 from dsh.loader.yamlpos import Loc, key_path, load_yaml_with_marks, locate
 
 __all__ = ["TOOL_PARAMETERS", "lint_transcript", "transcript_problems"]
 
-TOOL_PARAMETERS: dict[str, type[BaseModel]] = {
-    "subagent": SubagentArgs,
-    "send_message": SendMessageArgs,
-    "list_agents": ListAgentsArgs,
-    "interrupt_agent": AgentIdArgs,
-    "report": ReportArgs,
-}
+TOOL_PARAMETERS: dict[str, Parameters] = PARAMETERS  # `.model` is each tool's pydantic model
 _ROOT_TOOLS = ("subagent", "send_message", "list_agents", "interrupt_agent")
 _ARG_TEXT = {"extra_forbidden": "unknown argument", "missing": "required argument is missing"}
 _PLACEHOLDER_RE = re.compile(r"\{\{(child|session):([^{}]*)\}\}")
@@ -98,8 +89,12 @@ def transcript_problems(transcript: Transcript) -> list[tuple[Loc, str]]:
                 if args is None:
                     continue  # the model's own invalid JSON: the runtime answers INVALID_ARGS
                 try:
-                    TOOL_PARAMETERS[call.name].model_validate(args)
-                except ValidationError as exc:
+                    TOOL_PARAMETERS[call.name].model_validate(args)  # lean when sure (issue 13)
+                except Exception as exc:
+                    from pydantic import ValidationError  # loaded: only the pydantic fallback raises it
+
+                    if not isinstance(exc, ValidationError):
+                        raise
                     for err in exc.errors():
                         where: Loc = (*loc, "arguments", *err["loc"])
                         if not isinstance(call.arguments, dict):

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from dsh.loader.transcripts.shapes import FenceShape, condition_agents, exactly_one_problem
+
 __all__ = [
     "Condition",
     "FailCheckpointSpec",
@@ -28,10 +30,9 @@ class _Schema(BaseModel):
 
 
 def _exactly_one(model: BaseModel, what: str) -> None:
-    present = [k for k in model.model_fields_set if getattr(model, k) is not None]
-    if len(present) != 1:
-        names = ", ".join(to_camel(k) for k in type(model).model_fields)
-        raise ValueError(f"a {what} needs exactly one of {names}")
+    problem = exactly_one_problem(model, tuple(type(model).model_fields), what)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 class InboxAccepted(_Schema):
@@ -96,7 +97,7 @@ class FailCheckpointSpec(_Schema):
     message: str = "simulated checkpoint failure"
 
 
-class Fence(_Schema):
+class Fence(_Schema, FenceShape):
     hold: HoldSpec | None = None
     maintenance: MaintenanceSpec | None = None
     fail_checkpoint: FailCheckpointSpec | None = None
@@ -105,24 +106,3 @@ class Fence(_Schema):
     def _one(self) -> Fence:
         _exactly_one(self, "fence")
         return self
-
-    @property
-    def kind(self) -> str:
-        return "hold" if self.hold else "maintenance" if self.maintenance else "failCheckpoint"
-
-    @property
-    def spec(self) -> HoldSpec | MaintenanceSpec | FailCheckpointSpec:
-        return self.hold or self.maintenance or self.fail_checkpoint  # type: ignore[return-value]
-
-
-def condition_agents(cond: Condition) -> list[tuple[tuple[Any, ...], str]]:
-    """(relative loc, agent key) of every agent named inside a condition, for load-time checks."""
-    out: list[tuple[tuple[Any, ...], str]] = []
-    for name in ("inbox_accepted", "turn_ended", "hang_reached", "parked", "step_reached", "settled"):
-        part = getattr(cond, name)
-        if part is not None:
-            out.append(((to_camel(name), "agent"), part.agent))
-    for name in ("all", "any"):
-        for i, sub in enumerate(getattr(cond, name) or []):
-            out.extend(((name, i, *loc), key) for loc, key in condition_agents(sub))
-    return out

@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from dsh.loader.errors import ConfigError, TranscriptError
-from dsh.loader.problems import unknown_key_problem
 from dsh.loader.shipped import resolve_name
-from dsh.loader.transcripts.schema import LocatedProblem, TranscriptSpec
+from dsh.loader.transcripts.shapes import LocatedProblem
 from dsh.loader.yamlpos import Loc, YamlDocument, YamlProblem, key_path, locate, read_yaml
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from dsh.loader.transcripts.schema import TranscriptSpec
 
 __all__ = ["Transcript", "format_validation_error", "load_transcript"]
 
@@ -46,8 +48,12 @@ class Transcript:
         return self.spec.task
 
 
-def load_transcript(value: str | Path) -> Transcript:
-    """Load a shipped transcript by name, or a file by path (`Path`, or str with `/` or `.yaml`)."""
+def load_transcript(value: str | Path, *, lean: bool = False) -> Transcript:
+    """Load a shipped transcript by name, or a file by path (`Path`, or str with `/` or `.yaml`).
+
+    `lean`: validate without pydantic where `loader.transcripts.lean` is sure (issue 13; `dsh run`
+    does), so `spec` may be a lean record of the same values instead of a `TranscriptSpec`; an
+    invalid or unusual file still goes through pydantic, with the same error lines."""
     path = _resolve(value)
     try:
         document = read_yaml(path)  # fast parse; the position-marked tree only for an error
@@ -56,10 +62,20 @@ def load_transcript(value: str | Path) -> Transcript:
     if not isinstance(document.data, dict):
         line, col = locate(_marked(document), ())
         raise TranscriptError(f"{path}:{line}:{col}: a transcript must be a YAML mapping")
-    try:
-        spec = TranscriptSpec.model_validate(document.data)
-    except ValidationError as exc:
-        raise TranscriptError(format_validation_error(path, _marked(document), exc)) from exc
+    spec: TranscriptSpec | None = None
+    if lean:
+        from dsh.loader.transcripts.lean import lean_spec
+
+        spec = lean_spec(document.data)
+    if spec is None:
+        from pydantic import ValidationError
+
+        from dsh.loader.transcripts.schema import TranscriptSpec
+
+        try:
+            spec = TranscriptSpec.model_validate(document.data)
+        except ValidationError as exc:
+            raise TranscriptError(format_validation_error(path, _marked(document), exc)) from exc
     logger.debug("loaded transcript %s from %s", spec.name, path)
     return Transcript(spec=spec, path=path)
 
@@ -87,6 +103,9 @@ def format_validation_error(path: Path, data: Any, exc: ValidationError) -> str:
     key appears once.
     """
     lines: dict[tuple[int, int, str], list[str]] = {}
+    from dsh.loader.problems import unknown_key_problem
+    from dsh.loader.transcripts.schema import TranscriptSpec
+
     for err in exc.errors():
         loc: Loc = tuple(err["loc"])
         problem = _PROBLEM_TEXT.get(err["type"], err["msg"])

@@ -123,10 +123,16 @@ def test_the_version_loads_nothing_of_dsh_but_the_entry():
 # What `dsh run --transcript` (the console script's fast path) must not load (issue 13): typer and the
 # app (the command runs without them), pydantic-settings (no DSH_* configuration variable is set),
 # httpx and the OpenAI-compatible provider (the model is a transcript), the recorder (nothing is
-# recorded), rich (stderr is not a TTY), ruamel.yaml (shipped files read from loader/shipped_parsed.json).
+# recorded), rich (stderr is not a TTY), ruamel.yaml (shipped files read from loader/shipped_parsed.json),
+# pydantic (see below).
 RUN_LIGHT = ("typer", "dsh.cli.app", "pydantic_settings", "dotenv", "httpx", "httpx_sse", "dsh.loader.models.openai",
              "dsh.loader.models.recorder", "ruamel.yaml",
-             "rich")
+             "rich",
+             # the configuration, the transcript, the tool arguments and any control request are
+             # validated by `loader.lean` (issue 13): pydantic only for an invalid or unusual input
+             "pydantic", "pydantic_core", "annotated_types", "dsh.loader.config.schema",
+             "dsh.loader.transcripts.schema", "dsh.loader.transcripts.fence_schema", "dsh.loader.tools.args",
+             "dsh.loader.host.params")
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["answer", "json"])
