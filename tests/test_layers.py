@@ -130,7 +130,8 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
-ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "workflow": 1, "turn": 1, "client": 2, "worker": 3}
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "workflow": 1, "turn": 1, "projection": 1, "client": 2,
+                                "worker": 3}
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():
