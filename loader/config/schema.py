@@ -149,6 +149,9 @@ class TemporalConfig(_Schema):
     address: Annotated[str, Field(min_length=1)] = "localhost:7233"
     namespace: Annotated[str, Field(min_length=1)] = "default"
     task_queue: Annotated[str, Field(min_length=1)] = "dsh"
+    # A turn whose worker went silent this long is retried on another (issue 12 item 5); a live
+    # worker heartbeats well within it (per model chunk, and a third of it apart while held).
+    heartbeat_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 60.0
 
 
 class Config(_Schema):

@@ -47,7 +47,7 @@ async def connect(address: str, namespace: str) -> Client:
                           code="CONFIG_INVALID") from exc
 
 
-def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
+def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_seconds: float = 60.0) -> RunSpec:
     config = request.config
     script = request.transcript
     if script is None or request.provider is not None:
@@ -61,7 +61,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
         max_steps_per_turn=config.agent.max_steps_per_turn, max_tokens=config.model.max_tokens,
         temperature=config.model.temperature, max_depth=config.subagents.max_depth,
         report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
-        fsync=config.persistence.fsync, task_queue=task_queue,
+        fsync=config.persistence.fsync, task_queue=task_queue, heartbeat_seconds=heartbeat_seconds,
     )
 
 
@@ -85,7 +85,7 @@ async def submit(client: Client, request: RunRequest, task_queue: str, root_id: 
     if task is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
     root_id = root_id or new_root_id()
-    spec = run_spec(request, root_id, task_queue)
+    spec = run_spec(request, root_id, task_queue, request.config.temporal.heartbeat_timeout_seconds)
     tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
                      cwd=os.getcwd())
     return await client.execute_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)

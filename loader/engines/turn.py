@@ -9,7 +9,8 @@ Invariants:
 - a delivery whose message id the log already holds is counted as taken and not sent again (a
   retried turn after a worker died), so each accepted message enters the inbox once;
 - `taken` counts exactly the deliveries sent (or skipped as held): one the poll fetched but the turn
-  never applied stays pending in the workflow for the next turn.
+  never applied stays pending in the workflow for the next turn;
+- a retry finishes what the dead attempt left: restored inbox work, else the cut-off turn.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, Repla
 from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, report_message, settlement_message
 from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
+from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
@@ -223,8 +225,13 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
     try:
         if board is not None:
             pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
+        cut_off = turn_cut_off(agent.session.events)
         for d in spec.deliveries:
             deliver(d)
+        # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
+        # the death cut off is continued, as `dsh run --resume` continues one (tree.py).
+        if not agent.resume_pending() and cut_off:
+            agent.followup(continuation_message())
         pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()
     finally:

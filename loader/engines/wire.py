@@ -56,6 +56,7 @@ class RunSpec:
     batch_delay_ms: int = 0
     fsync: bool = False
     task_queue: str = "dsh"
+    heartbeat_seconds: float = HEARTBEAT_TIMEOUT.total_seconds()  # temporal.heartbeatTimeoutSeconds
 
 
 @dataclass

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -23,7 +24,6 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        HEARTBEAT_TIMEOUT,
         TURN_TIMEOUT,
         Delivery,
         Poll,
@@ -79,7 +79,7 @@ class AgentWorkflow:
                 TurnInput(agent=input, deliveries=self._deliveries[offset:], offset=offset, seq=self._turn_seq),
                 result_type=TurnResult,
                 start_to_close_timeout=TURN_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
             self._ended += 1
