@@ -101,6 +101,8 @@ class TreeTail:
 
     def _read(self, tail: SessionTail) -> None:
         try:
+            if os.stat(tail.path).st_size <= tail.offset:
+                return  # nothing new: a stat, not an open, per quiet log and pass
             with open(tail.path, "rb") as f:
                 f.seek(tail.offset)
                 chunk = f.read()
