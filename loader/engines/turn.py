@@ -32,8 +32,8 @@ from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, Repla
 from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, report_message, settlement_message
 from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
-from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.subagents.notice import settlement_detail
+from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
 from dsh.loader.tree import Tree
