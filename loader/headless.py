@@ -40,6 +40,7 @@ __all__ = [
     "RunSinks",
     "Tree",
     "exit_code_for",
+    "init_record",
     "quiescence",
     "run_tree",
     "system_prompt",
@@ -231,7 +232,7 @@ async def run_tree(request: RunRequest) -> RunResult:
             await tree.shutdown(root)
             raise
     if sinks.records is not None:
-        sinks.records.init(_init_record(request, provider, options.model, root))
+        sinks.records.init(init_record(request, provider, options.model, root.id, [tool.name for tool in root.tools]))
     if sinks.on_started is not None:
         sinks.on_started(root.id)
     timed_out = interrupted = False
@@ -316,20 +317,21 @@ async def run_tree(request: RunRequest) -> RunResult:
     )
 
 
-def _init_record(request: RunRequest, provider: ModelProvider, model: str, root: Agent) -> dict[str, Any]:
-    """The first `--json` record: what this run is (issue 16 item 2). No secret: the host only."""
+def init_record(request: RunRequest, provider: ModelProvider, model: str, root_id: str, tools: list[str]) -> dict[str, Any]:
+    """The first `--json` record: what this run is (issue 16 item 2). No secret: the host only.
+    Shared with the Temporal engine (engines/client.py), which has no root agent in its process."""
     script = request.transcript
     replay = isinstance(provider, ReplayProvider)
     kind = "replay" if replay else ("custom" if request.provider is not None else request.config.model.provider)
     return record(
         "init",
         dshVersion=dsh_version(),
-        rootSessionId=root.id,
+        rootSessionId=root_id,
         resumed=request.resume is not None,
         provider=kind,
         model=model,
         baseUrlHost=None if replay else base_url_host(request.config.model.base_url),
-        tools=[tool.name for tool in root.tools],
+        tools=tools,
         profile=request.profile or ("test" if script is not None else "default"),
         overlays=[*(script.spec.overlays if script is not None else []), *request.overlays],
         transcript=script.spec.name if script is not None else None,

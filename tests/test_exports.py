@@ -40,8 +40,8 @@ SURFACES = {
     "dsh.loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",
         "quiescence", "run_tree",
-        # issue 12: the Temporal engine builds the same system prompt
-        "system_prompt",
+        # issue 12: the Temporal engine builds the same system prompt and `init` record
+        "system_prompt", "init_record",
     ],
 }
 

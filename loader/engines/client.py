@@ -21,14 +21,21 @@ from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigError
 from dsh.loader.fences import unused_fences
-from dsh.loader.headless import RunRequest, RunResult, exit_code_for, system_prompt
+from dsh.loader.engines.projection import TreeTail
+from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
-from dsh.loader.models import ReplayProvider
+from dsh.loader.models import ModelProvider, ReplayProvider
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
+from dsh.loader.tools import tools_for
 from dsh.loader.transcripts import Transcript
+from dsh.loader.tree import Tree
 
-__all__ = ["connect", "run_tree_temporal", "submit"]
+__all__ = ["TAIL_INTERVAL", "connect", "root_tool_names", "run_tree_temporal", "submit"]
+
+# How often the client reads the tree's logs while the run goes on (the stream's latency only:
+# a last read after the root workflow returned sees every line).
+TAIL_INTERVAL = 0.05
 
 
 async def connect(address: str, namespace: str) -> Client:
@@ -40,7 +47,7 @@ async def connect(address: str, namespace: str) -> Client:
                           code="CONFIG_INVALID") from exc
 
 
-def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
+def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_seconds: float = 60.0) -> RunSpec:
     config = request.config
     script = request.transcript
     if script is None or request.provider is not None:
@@ -55,23 +62,31 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str) -> RunSpec:
         temperature=config.model.temperature, max_depth=config.subagents.max_depth,
         report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
         fsync=config.persistence.fsync, task_queue=task_queue, parked=config.run.parked,
-        continue_as_new_after=config.temporal.continue_as_new_after,
+        continue_as_new_after=config.temporal.continue_as_new_after, heartbeat_seconds=heartbeat_seconds,
     )
 
 
-async def submit(client: Client, request: RunRequest, task_queue: str) -> TreeResult:
-    """Start the root workflow (id = root session id) with the task and wait for its result."""
+def refuse(request: RunRequest) -> Transcript:
+    """What this engine cannot run yet, refused before anything starts (not ignored); the script."""
     for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
         if given is not None:  # refused, not ignored: each is a later slice
             raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
     script = request.transcript
-    task = request.task if request.task is not None else (script.task if script is not None else None)
+    if script is None or request.provider is not None:
+        raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
+    if script.spec.fences and not request.fences_allowed:
+        raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
+    return script
+
+
+async def submit(client: Client, request: RunRequest, task_queue: str, root_id: str | None = None) -> TreeResult:
+    """Start the root workflow (id = root session id) with the task and wait for its result."""
+    script = refuse(request)
+    task = request.task if request.task is not None else script.task
     if task is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
-    if script is not None and script.spec.fences and not request.fences_allowed:
-        raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
-    root_id = new_root_id()
-    spec = run_spec(request, root_id, task_queue)
+    root_id = root_id or new_root_id()
+    spec = run_spec(request, root_id, task_queue, request.config.temporal.heartbeat_timeout_seconds)
     tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
                      cwd=os.getcwd())
     handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
@@ -80,16 +95,35 @@ async def submit(client: Client, request: RunRequest, task_queue: str) -> TreeRe
     return await handle.result()
 
 
-async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None) -> RunResult:
-    """`run_tree` on the Temporal engine: same request, same result shape."""
+async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None,
+                            *, tail_interval: float = TAIL_INTERVAL) -> RunResult:
+    """`run_tree` on the Temporal engine: same request, same sinks, same result shape.
+
+    The sinks are fed by tailing the tree's logs (projection.py) while the root workflow runs, and
+    once more after it returned, when every turn activity has closed its log: so the stream and
+    the result's ledgers hold every line, whatever the passes' timing."""
     started = request.clock()
+    script = refuse(request)
     if client is None:
         client = await connect(temporal.address, temporal.namespace)
-    result = await submit(client, request, temporal.task_queue)
+    root_id = new_root_id()
+    sinks = request.sinks
+    tail = TreeTail(Path(request.home), root_id, sinks)
+    if sinks.records is not None:
+        replay = ReplayProvider(script)
+        sinks.records.init(init_record(request, replay, "replay", root_id, root_tool_names(request, replay)))
+    run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
+    try:
+        while not run.done():
+            tail.poll()
+            await asyncio.wait({run}, timeout=tail_interval)  # a periodic read, not an ordering: see above
+        result = run.result()
+    finally:
+        run.cancel()
+    tail.poll()
     violations = list(result.violations)
-    if request.transcript is not None:
-        violations += await asyncio.to_thread(_unconsumed, request.transcript, Path(request.home), result.session_id)
-        violations += unused_fences(list(request.transcript.spec.fences), result.fences_engaged)
+    violations += await asyncio.to_thread(_unconsumed, script, Path(request.home), result.session_id)
+    violations += unused_fences(list(script.spec.fences), result.fences_engaged)
     error = result.error
     if error is None and violations:
         error = {"code": violations[0]["code"], "message": violations[0].get("message", "")}
@@ -98,13 +132,21 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         stop_reason=result.stop_reason,
         exit_code=exit_code_for(result.stop_reason, violations),
         output=result.output,
-        usage={},
+        usage=tail.total_usage(),
         violations=violations,
         error=error,
+        subagents=tail.subagents(),
         model="replay",
         released=list(result.released),
+        num_turns=tail.root_turns(),
         duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
+
+
+def root_tool_names(request: RunRequest, provider: ModelProvider) -> list[str]:
+    """The root's tools as the local engine lists them in `init` (the same names on both engines)."""
+    tree = Tree(home=Path(request.home), provider=provider)
+    return [t.name for t in tools_for("root", tree.manager, tree.catalogue)]
 
 
 def _unconsumed(script: Transcript, home: Path, root_id: str) -> list[dict[str, Any]]:

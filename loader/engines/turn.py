@@ -14,6 +14,7 @@ Invariants:
   the core's own `agent.cancel(cause, keep_inbox=True)` (SPEC §10);
 - `parked` in the result lists the waking messages (this turn's or an earlier turn's) still queued
   when the agent went idle: the workflow keeps such a child resident and runs no turn for it.
+- a retry finishes what the dead attempt left: restored inbox work, else the cut-off turn.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
 from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
+from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
 from dsh.loader.tree import Tree
@@ -186,8 +188,14 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
             # The tree releases this child (drain, §17.2): the disposal's cancel first, clearing its
             # queue as canceled splices; what arrives after it (notices) is injected, unread.
             agent.cancel({"kind": "parent"})
+        # A release turn continues nothing; any other turn after a dead worker's may (below).
+        cut_off = not spec.release and turn_cut_off(agent.session.events)
         for d in spec.deliveries:
             deliver(d)
+        # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
+        # the death cut off is continued, as `dsh run --resume` continues one (tree.py).
+        if not agent.resume_pending() and cut_off:
+            agent.followup(continuation_message())
         pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()
         parked = [str(m["id"]) for items in agent.inbox.lists.values() for m in items if str(m["id"]) in waking]

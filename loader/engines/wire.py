@@ -74,6 +74,7 @@ class RunSpec:
     task_queue: str = "dsh"
     parked: str = "wait"  # run.parked (SPEC §17.2): what a stalled tree does, `wait` or `release`
     continue_as_new_after: int | None = None  # temporal.continueAsNewAfter: history events per run
+    heartbeat_seconds: float = HEARTBEAT_TIMEOUT.total_seconds()  # temporal.heartbeatTimeoutSeconds
 
 
 @dataclass

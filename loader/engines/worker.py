@@ -87,12 +87,25 @@ class TurnActivities:
         assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
         handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
-        return await run_turn(spec, _Link(self.client, handle, root, spec.seq))
+        alive = asyncio.create_task(_keep_alive(spec.agent.run.heartbeat_seconds / 3))
+        try:
+            return await run_turn(spec, _Link(self.client, handle, root, spec.seq))
+        finally:
+            alive.cancel()
 
     @activity.defn(name="dsh.resume_check")
     async def resume_check(self, check: ResumeCheck) -> ResumeFound:
         """The cold-resume header checks (backends.resume_check), off the event loop."""
         return await asyncio.to_thread(resume_check, check)
+
+
+async def _keep_alive(every: float) -> None:
+    """Heartbeat while this process runs the turn, chunks or not: a turn held by a fence, a tool or a
+    slow first token is alive as long as its worker is. A timer, not an ordering: it only keeps
+    the server from retrying a live turn; a dead worker stops it with everything else."""
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every)
 
 
 def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100) -> Worker:

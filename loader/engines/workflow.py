@@ -32,7 +32,6 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        HEARTBEAT_TIMEOUT,
         TURN_TIMEOUT,
         Answer,
         Carried,
@@ -186,7 +185,7 @@ class AgentWorkflow:
                           parked=list(self._parked), children=list(self._children), release=release),
                 result_type=TurnResult,
                 start_to_close_timeout=TURN_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
         finally:

@@ -7,7 +7,9 @@ extra fails instead (issue 12 item 6), like the llmock test.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -32,7 +34,9 @@ from temporalio.testing import WorkflowEnvironment
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.worker import make_worker
-from dsh.loader.headless import RunRequest, RunResult
+from dsh.loader.headless import RunRequest, RunResult, run_tree
+from dsh.loader.ndjson import RecordStream
+from dsh.loader.sinks import RunSinks
 from dsh.loader.testing.flow import project
 from dsh.loader.testing.normalize import normalize
 from dsh.loader.testing.runner import Flow, FlowPlan, arun_flow, plan_flow
@@ -96,3 +100,75 @@ def settlement_facts(flow: Flow) -> dict[str, Any]:
     }
     notices = [{k: n.get(k) for k in ("kind", "from", "to", "stopReason")} for n in data["notices"]]
     return {"turn_ends": agents, "notices": notices, "notice_texts": texts, "result": data["result"]}
+
+
+# -- the `--json` records of both engines (issue 12 item 3) ------------------------------------------
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+async def records_of(plan: FlowPlan, home: Path, client: Client | None = None) -> list[dict[str, Any]]:
+    """The records `dsh run --json` prints for `plan`: the local engine, or with `client` the
+    Temporal one (a worker in this process), each through its own sinks, then the result record."""
+    records: list[dict[str, Any]] = []
+    sinks = RunSinks(records=RecordStream(records.append))
+    request = RunRequest(home=home, config=plan.config, transcript=plan.script, fences_allowed=True, sinks=sinks)
+    if client is None:
+        result = await run_tree(request)
+    else:
+        queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+        async with make_worker(client, queue):
+            result = await run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client)
+    assert sinks.records is not None
+    sinks.records.result(result.to_json())
+    return records
+
+
+def agent_names(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Session id -> a name both engines agree on: `root`, and for a child its parent's name and
+    the spawn call that made it (`root/start-child`)."""
+    names = {records[0]["rootSessionId"]: "root"}
+    for rec in records:
+        if rec["type"] == "event" and rec["event"]["type"] == "subagent/descriptor":
+            names[rec["sessionId"]] = rec["event"]["data"].get("spawnCallId") or rec["sessionId"]
+    parents = {r["sessionId"]: r["parentSessionId"] for r in records if r["type"] == "lifecycle"}
+
+    def path(sid: str) -> str:
+        return names[sid] if sid not in parents else f"{path(parents[sid])}/{names[sid]}"
+
+    return {sid: path(sid) for sid in names}
+
+
+def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What both engines must agree on, ids and clocks aside (tests/temporal/test_stream.py):
+    - `init`, without the root id;
+    - per agent, in its own order: every `event` record's event (without `time`), then interleaved
+      as they came, its `lifecycle` records (under `lifecycle <name>`); the order across agents is
+      not compared (the Temporal client reads the logs in passes);
+    - `result`, without the root id, `durationMs` and `budget` (no run budget on Temporal yet:
+      loader/engines/README.md), `subagents` keyed by agent name;
+    with each session id replaced by its agent name and every other uuid (message ids) by `<id>`."""
+    names = agent_names(records)
+
+    def plain(value: Any) -> Any:
+        text = json.dumps(value, sort_keys=True)
+        for sid, name in names.items():
+            text = text.replace(sid, f"<{name}>")
+        return json.loads(UUID.sub("<id>", text))
+
+    init, result = records[0], records[-1]
+    per_agent: dict[str, list[Any]] = {}
+    for rec in records[1:-1]:
+        if rec["type"] == "event":
+            event = {k: v for k, v in rec["event"].items() if k != "time"}
+            per_agent.setdefault(names[rec["sessionId"]], []).append(plain(event))
+        else:
+            key = f"lifecycle {names.get(rec.get('sessionId', ''), rec['type'])}"
+            per_agent.setdefault(key, []).append(plain(rec))
+    subagents = {names[s["sessionId"]]: plain(s) for s in result["subagents"]}
+    drop = {"rootSessionId", "durationMs", "budget", "subagents"}
+    return {
+        "init": {k: v for k, v in init.items() if k != "rootSessionId"},
+        "agents": per_agent,
+        "result": {**plain({k: v for k, v in result.items() if k not in drop}), "subagents": subagents},
+    }

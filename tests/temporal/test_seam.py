@@ -67,7 +67,10 @@ async def test_dsh_worker_serves_dsh_run_engine_temporal_and_sessions_reads_the_
             settled = await _dsh(["run", "--engine", "temporal", "--transcript", "background-settlement", "--json",
                                   "--home", str(tmp_path)], env, tmp_path)
             assert settled.returncode == 0, settled.stderr
-            result = json.loads(settled.stdout.splitlines()[-1])
+            records = [json.loads(line) for line in settled.stdout.splitlines()]
+            kinds = [r["type"] for r in records]  # streamed as on the local engine (test_stream.py)
+            assert kinds[0] == "init" and kinds.count("lifecycle") == 2 and "event" in kinds
+            result = records[-1]
             assert (result["type"], result["stopReason"], result["output"]) == (
                 "result", "completed", "PARENT_RECEIVED_CHILD_RESULT")
             assert result["violations"] == []
