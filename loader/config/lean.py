@@ -97,6 +97,8 @@ _SECTIONS = (
         _f("address", ("str", {"min_length": 1}), "localhost:7233"),
         _f("namespace", ("str", {"min_length": 1}), "default"),
         _f("task_queue", ("str", {"min_length": 1}), "dsh"),
+        _f("continue_as_new_after", ("opt", _ints(1)), None),
+        _f("heartbeat_timeout_seconds", _duration("gt"), 60.0),
     )),
 )
 CONFIG = Schema("Config", (
