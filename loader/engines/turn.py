@@ -109,8 +109,13 @@ def _provider(run: RunSpec) -> ReplayProvider:
     return ReplayProvider(load_transcript(Path(run.transcript)))
 
 
-async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
-    """The `dsh.turn` activity's body: run the agent from these deliveries until it is idle."""
+async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) -> TurnResult:
+    """The `dsh.turn` activity's body: run the agent from these deliveries until it is idle.
+
+    `retry`: this is not the activity's first attempt (its worker died). Only then does work the
+    log restored into the inbox wake the agent: on a first attempt the restored inbox holds the
+    injects of earlier turns, which wake no one (SPEC §6.2; a released child's notice enters its
+    closing parent so)."""
     who = spec.agent
     run = who.run
     provider = _provider(run)
@@ -188,13 +193,14 @@ async def run_turn(spec: TurnInput, link: WorkflowLink) -> TurnResult:
             # The tree releases this child (drain, §17.2): the disposal's cancel first, clearing its
             # queue as canceled splices; what arrives after it (notices) is injected, unread.
             agent.cancel({"kind": "parent"})
-        # A release turn continues nothing; any other turn after a dead worker's may (below).
-        cut_off = not spec.release and turn_cut_off(agent.session.events)
+        # A release turn continues nothing; a retried one may (below).
+        retried = retry and not spec.release
+        cut_off = retried and turn_cut_off(agent.session.events)
         for d in spec.deliveries:
             deliver(d)
         # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
         # the death cut off is continued, as `dsh run --resume` continues one (tree.py).
-        if not agent.resume_pending() and cut_off:
+        if retried and not agent.resume_pending() and cut_off:
             agent.followup(continuation_message())
         pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()

@@ -89,7 +89,7 @@ class TurnActivities:
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
         alive = asyncio.create_task(_keep_alive(spec.agent.run.heartbeat_seconds / 3))
         try:
-            return await run_turn(spec, _Link(self.client, handle, root, spec.seq))
+            return await run_turn(spec, _Link(self.client, handle, root, spec.seq), retry=activity.info().attempt > 1)
         finally:
             alive.cancel()
 
