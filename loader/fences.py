@@ -73,6 +73,19 @@ class Fences:
     def _key(self, agent: Agent) -> str | None:
         return self.replay.agent_key_of(agent.id)
 
+    def may_wait(self, key: str | None) -> bool:
+        """Whether a fence can make agent `key` wait on a condition (a hold or a maintenance it
+        names; `*children` names every child). Only such an agent needs other processes' facts: on
+        Temporal a turn of any other agent publishes its facts and mirrors none (issue 12: each
+        mirror's answers go into the root's history). An unbound agent (None) is assumed to."""
+        if key is None:
+            return True
+        for fence in self.specs:
+            spec = fence.hold or fence.maintenance
+            if spec is not None and (spec.agent == key or (spec.agent == "*children" and key != "root")):
+                return True
+        return False
+
     # -- facts (monotone) -----------------------------------------------------------------
     def _record(self, session_id: str, kind: str, *detail: str | int | None) -> None:
         key = self.replay.agent_key_of(session_id)

@@ -66,7 +66,8 @@ class _Heartbeating:
 
 class _Board:
     """This turn's half of the root's fence board: facts recorded here are published (signals,
-    each tracked until sent), the tree's facts are merged into the local fences as they arrive."""
+    each tracked until sent), the tree's facts are merged into the local fences as they arrive,
+    for a turn a fence can hold (`Fences.may_wait`); any other turn needs none of them."""
 
     def __init__(self, fences: Fences, link: WorkflowLink) -> None:
         self.fences = fences
@@ -187,7 +188,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
     board = _Board(fences, link) if fences is not None and run.fences else None
     pollers: list[asyncio.Task[None]] = []
     try:
-        if board is not None:
+        if board is not None and board.fences.may_wait(provider.agent_key_of(agent.id)):
             pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
         if spec.release:
             # The tree releases this child (drain, §17.2): the disposal's cancel first, clearing its

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - the extra is installed in CI
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from dsh.loader.config import TemporalConfig
+from dsh.loader.config import Config, TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest, RunResult, run_tree
@@ -71,9 +71,21 @@ class TemporalRun:
     flow: Flow
 
 
+# The fence timeout of a Temporal run here: a loud failure, never an ordering. The test profile's
+# 10 s was met twice under a loaded full suite by one stalled update round trip (a root held for its
+# child's notice; loader/engines/README.md "Not yet"), which failed a comparison that has nothing
+# to do with latency.
+BACKSTOP_SECONDS = 60.0
+
+
+def backstopped(config: Config) -> Config:
+    testing = config.testing.model_copy(update={"fence_timeout_seconds": BACKSTOP_SECONDS})
+    return config.model_copy(update={"testing": testing})
+
+
 async def run_temporal(client: Client, plan: FlowPlan, home: Path) -> TemporalRun:
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    request = RunRequest(home=home, config=plan.config, transcript=plan.script, fences_allowed=True)
+    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True)
     async with make_worker(client, queue):
         result = await run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client)
     raw = project(home, result.root_session_id, result, result.violations, plan.script.spec.name)
@@ -112,7 +124,8 @@ async def records_of(plan: FlowPlan, home: Path, client: Client | None = None) -
     Temporal one (a worker in this process), each through its own sinks, then the result record."""
     records: list[dict[str, Any]] = []
     sinks = RunSinks(records=RecordStream(records.append))
-    request = RunRequest(home=home, config=plan.config, transcript=plan.script, fences_allowed=True, sinks=sinks)
+    config = plan.config if client is None else backstopped(plan.config)
+    request = RunRequest(home=home, config=config, transcript=plan.script, fences_allowed=True, sinks=sinks)
     if client is None:
         result = await run_tree(request)
     else:

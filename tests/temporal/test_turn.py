@@ -311,3 +311,44 @@ async def test_a_child_turn_returns_its_epochs_notice_and_writes_the_descriptor_
     expected = settlement_message(child_id, "completed", [{"type": "text", "text": "CHILD_RESULT"}], epoch=1)
     assert result.notice is not None and result.notice["id"] == notice_id(child_id, 1)
     assert (result.notice["content"], result.notice["source"]) == (expected["content"], expected["source"])
+
+
+@dataclass
+class BoardLink(RecordingLink):
+    """A link whose fence board records what the turn publishes and from where it mirrors."""
+
+    published: list[list[Any]] = field(default_factory=list)
+    mirrored: list[int] = field(default_factory=list)
+
+    async def publish_facts(self, facts: list[list[Any]]) -> None:
+        self.published += facts
+
+    async def facts_after(self, after: int) -> list[list[Any]]:
+        self.mirrored.append(after)
+        await asyncio.Event().wait()  # nothing new on the board until the turn abandons the poll
+        return []
+
+
+async def test_only_a_turn_a_fence_can_hold_mirrors_the_board_and_every_turn_publishes(tmp_path: Path) -> None:
+    # background-settlement holds root step 2 only: the child's turn needs no other agent's facts,
+    # so it mirrors none (each mirror answer would be recorded in the root's history, issue 12).
+    from dataclasses import replace
+
+    base = root_turn(tmp_path, "background-settlement", "Start it.")
+    run = replace(base.agent.run, fences=True, fences_allowed=True, fence_timeout=0.2)
+    child_id = "session-00000000-0000-4000-8000-000000000002"
+    descriptor = {"version": 1, "mode": "continuable", "provider": "spawn", "label": "answer child",
+                  "model": "replay", "spawnCallId": "start-child"}
+    child = TreeInput(run=run, session_id=child_id, parent_id=run.root_id, depth=1, descriptor=descriptor, epoch=1)
+    prompt = Delivery(dict(user_message("Reply with CHILD_RESULT.", {"kind": "user"})))
+    link = BoardLink()
+    result = await run_turn(TurnInput(agent=child, deliveries=[prompt], offset=0), link)
+    assert (result.stop_reason, result.agent_key, result.violations) == ("completed", "child", [])
+    assert link.mirrored == []
+    assert ["turnEnded", "child", 1] in link.published
+    # The root, which the fence holds at step 2, mirrors from the board's start; with no notice on
+    # the board its hold times out (0.2 s), which only shows it waited.
+    root_link = BoardLink()
+    root = await run_turn(replace(base, agent=replace(base.agent, run=run)), root_link)
+    assert root_link.mirrored == [0]
+    assert [v["code"] for v in root.violations] == ["FENCE_TIMEOUT"]
