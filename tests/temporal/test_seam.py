@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from temporal_kit import dev_server
+from temporal_kit import BACKSTOP_SECONDS, dev_server
 
 from dsh.loader.config import compose
 from dsh.loader.config import flag_layer
@@ -58,8 +58,11 @@ def test_a_local_run_never_imports_temporalio(tmp_path: Path) -> None:
 async def test_dsh_worker_serves_dsh_run_engine_temporal_and_sessions_reads_the_projection(tmp_path: Path) -> None:
     async with dev_server() as client:
         target = client.service_client.config.target_host
-        env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE="cli-e2e")
-        worker = subprocess.Popen([*DSH, "worker"], env=env, cwd=tmp_path, text=True,
+        worker_env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE="cli-e2e")
+        # The client's runs take the Temporal fence backstop (temporal_kit); the worker, under the
+        # default profile, refuses `testing.*` settings, and needs none (fences come with the run).
+        env = {**worker_env, "DSH_TESTING__FENCE_TIMEOUT_SECONDS": str(BACKSTOP_SECONDS)}
+        worker = subprocess.Popen([*DSH, "worker"], env=worker_env, cwd=tmp_path, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             hello = await _dsh(["run", "--engine", "temporal", "--transcript", "hello", "--home", str(tmp_path)], env, tmp_path)

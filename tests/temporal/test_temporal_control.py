@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from temporal_kit import dev_server
+from temporal_kit import backstopped, dev_server
 from temporalio.client import Client
 
 from dsh.loader.config import TemporalConfig, compose, flag_layer
@@ -97,7 +97,7 @@ async def test_dsh_interrupt_reaches_a_temporal_child_which_parks_and_is_release
         target = client.service_client.config.target_host
         queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        request = RunRequest(home=home, config=composed.config, transcript=script,
+        request = RunRequest(home=home, config=backstopped(composed.config), transcript=script,
                              fences_allowed=composed.fences_allowed, sinks=RunSinks(on_started=started.set_result))
         env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE=queue)
         async with make_worker(client, queue):
@@ -158,7 +158,7 @@ async def test_under_parked_wait_a_stalled_temporal_tree_waits_and_dsh_send_resu
         target = client.service_client.config.target_host
         queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        request = RunRequest(home=home, config=composed.config, transcript=script,
+        request = RunRequest(home=home, config=backstopped(composed.config), transcript=script,
                              fences_allowed=composed.fences_allowed, sinks=RunSinks(on_started=started.set_result))
         env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE=queue, DSH_ENGINE="temporal")
         async with make_worker(client, queue):
