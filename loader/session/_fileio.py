@@ -50,6 +50,7 @@ __all__ = [
     "FileIO",
     "StoreIO",
     "append_batch",
+    "blocking_call",
     "create_session_file",
     "fsync_dir",
     "check_dirs",
@@ -272,7 +273,7 @@ async def _create_once(
     io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, inline: bool
 ) -> int:
     directory = path.parent
-    fd, temp = await _blocking(inline, _prepare, io, path, line, session_id, orphan=lambda r: _discard(r[0], r[1]))
+    fd, temp = await blocking_call(inline, _prepare, io, path, line, session_id, orphan=lambda r: _discard(r[0], r[1]))
     published = False
     ours = True  # False once a cancelled thread owns the cleanup (`_blocking`'s orphan)
     try:
@@ -280,7 +281,7 @@ async def _create_once(
             io.create_step("fsync-temp", directory)
             await sync.sync(fds=[fd])  # the header is durable before any name points at it
         try:
-            await _blocking(inline, _link, io, path, temp, session_id, orphan=lambda _: _discard(fd, temp, path),
+            await blocking_call(inline, _link, io, path, temp, session_id, orphan=lambda _: _discard(fd, temp, path),
                             orphan_failed=lambda: _discard(fd, temp))
         except asyncio.CancelledError:
             ours = False
@@ -299,7 +300,7 @@ async def _create_once(
 _R = TypeVar("_R")
 
 
-async def _blocking(
+async def blocking_call(
     inline: bool,
     fn: Callable[..., _R],
     *args: Any,

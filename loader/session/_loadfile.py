@@ -9,7 +9,6 @@ directories are checked (issue 15 item 1) before the first one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dsh.loader.errors import CheckpointError
-from dsh.loader.session._fileio import StoreIO, append_batch, check_dirs, lock_exclusive, open_regular
+from dsh.loader.session._fileio import StoreIO, append_batch, blocking_call, check_dirs, lock_exclusive, open_regular
 from dsh.loader.session.envelope import Event, encode_line
 from dsh.loader.session.repair import ReadResult, check_resumable, parse, read_raw
 from dsh.loader.texts import render
@@ -38,19 +37,7 @@ async def locking_call(
     locked by a descriptor nobody owns until the process exits. With `inline` (replay runs, SPEC
     §26 item 1) `fn` runs on the loop thread: there is no await, so nothing to cancel.
     """
-    if inline:
-        return fn(*args)
-    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-
-        def release(done: asyncio.Future[_T]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                os.close(fd_of(done.result()))
-
-        future.add_done_callback(release)
-        raise
+    return await blocking_call(inline, fn, *args, orphan=lambda result: os.close(fd_of(result)))
 
 
 def load_session_file(
