@@ -19,14 +19,14 @@ import pytest_asyncio
 from jsonschema import Draft202012Validator
 from temporal_kit import comparable, dev_server, records_of
 from temporalio.client import Client
-from test_temporal_engine import MANUAL, NOT_YET, SHIPPED
+from test_temporal_engine import MANUAL, SHIPPED
 
 from dsh.loader.ndjson import load_schema
 from dsh.loader.testing.runner import plan_flow
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-STREAMED = [name for name in SHIPPED if name not in MANUAL and name not in NOT_YET]
+STREAMED = [name for name in SHIPPED if name not in MANUAL]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 import sys
 import uuid
 from pathlib import Path
@@ -22,17 +24,17 @@ import yaml
 from temporal_kit import backstopped, dev_server
 from temporalio.client import Client
 
-from dsh.loader.config import TemporalConfig, compose, flag_layer
+from dsh.loader.config import ComposedConfig, TemporalConfig, compose, flag_layer
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.control import interrupt_workflow, user_call
 from dsh.loader.engines.wire import Answer, Interrupt
 from dsh.loader.engines.worker import make_worker
-from dsh.loader.headless import RunRequest, RunSinks
+from dsh.loader.headless import RunRequest, RunResult, RunSinks
 from dsh.loader.host.protocol import RpcError
 from dsh.loader.ids import new_root_id
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
-from dsh.loader.transcripts import load_transcript
+from dsh.loader.transcripts import Transcript, load_transcript
 
 from test_seam import env_without_dsh
 
@@ -94,19 +96,9 @@ async def test_dsh_interrupt_reaches_a_temporal_child_which_parks_and_is_release
     composed = compose(transcript=script, environ={}, cwd=tmp_path)
     assert composed.config.run.parked == "release"  # a transcript releases parked work (§17.2)
     async with dev_server() as client:
-        target = client.service_client.config.target_host
-        queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        request = RunRequest(home=home, config=backstopped(composed.config), transcript=script,
-                             fences_allowed=composed.fences_allowed, sinks=RunSinks(on_started=started.set_result))
-        env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE=queue)
-        async with make_worker(client, queue):
-            run = asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client))
-            root = await asyncio.wait_for(started, 60)
-            await asyncio.wait_for(root_turn_completed(client, root), 60)
-            events = SessionStore(home).read(root).events
-            [spawn] = [e for e in events if e["type"] == "tool/result" and e["data"]["callId"] == "start-child"]
-            child = spawn["data"]["value"]["sessionId"]
+        async with started_run(client, home, script, composed) as (run, root, child, queue):
+            env = env_without_dsh(DSH_TEMPORAL__ADDRESS=client.service_client.config.target_host,
+                                  DSH_TEMPORAL__TASK_QUEUE=queue)
             # The workflow's own checks (§10.2), behind the CLI's header check: a user presenting
             # another parent, an agent that is no ancestor.
             stranger = new_root_id()
@@ -155,19 +147,9 @@ async def test_under_parked_wait_a_stalled_temporal_tree_waits_and_dsh_send_resu
     script = load_transcript(str(script_path))
     composed = compose(transcript=script, environ={}, cwd=tmp_path, flags=[flag_layer("--parked", "run.parked", "wait")])
     async with dev_server() as client:
-        target = client.service_client.config.target_host
-        queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        request = RunRequest(home=home, config=backstopped(composed.config), transcript=script,
-                             fences_allowed=composed.fences_allowed, sinks=RunSinks(on_started=started.set_result))
-        env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE=queue, DSH_ENGINE="temporal")
-        async with make_worker(client, queue):
-            run = asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client))
-            root = await asyncio.wait_for(started, 60)
-            await asyncio.wait_for(root_turn_completed(client, root), 60)
-            [spawn] = [e for e in SessionStore(home).read(root).events
-                       if e["type"] == "tool/result" and e["data"]["callId"] == "start-child"]
-            child = spawn["data"]["value"]["sessionId"]
+        async with started_run(client, home, script, composed) as (run, root, child, queue):
+            env = env_without_dsh(DSH_TEMPORAL__ADDRESS=client.service_client.config.target_host,
+                                  DSH_TEMPORAL__TASK_QUEUE=queue, DSH_ENGINE="temporal")
             done = await dsh(["interrupt", f"{root}/{child}", "--home", str(home)], env, tmp_path)
             assert done.returncode == 0, done.stderr
             # Parked and stalled, the tree waits (`wait`) instead of releasing: the child's
@@ -188,6 +170,25 @@ async def test_under_parked_wait_a_stalled_temporal_tree_waits_and_dsh_send_resu
         assert more["source"] == {"kind": "user"}
         ends = [e["data"]["reason"]["kind"] for e in child_events if e["type"] == "turn/end"]
         assert ends == ["aborted", "completed", "completed"]
+
+
+@asynccontextmanager
+async def started_run(
+    client: Client, home: Path, script: Transcript, composed: ComposedConfig
+) -> AsyncIterator[tuple[asyncio.Task[RunResult], str, str, str]]:
+    """The tree running on its own task queue, with a worker in this process, once the root's
+    first turn has ended: (the run, the root's id, its `start-child` child's id, the queue)."""
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    request = RunRequest(home=home, config=backstopped(composed.config), transcript=script,
+                         fences_allowed=composed.fences_allowed, sinks=RunSinks(on_started=started.set_result))
+    async with make_worker(client, queue):
+        run = asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client))
+        root = await asyncio.wait_for(started, 60)
+        await asyncio.wait_for(root_turn_completed(client, root), 60)
+        [spawn] = [e for e in SessionStore(home).read(root).events
+                   if e["type"] == "tool/result" and e["data"]["callId"] == "start-child"]
+        yield run, root, spawn["data"]["value"]["sessionId"], queue
 
 
 async def child_signalled_stalled(client: Client, root_id: str) -> None:

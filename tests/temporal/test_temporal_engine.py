@@ -25,9 +25,6 @@ from dsh.loader.transcripts import load_transcript
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "transcripts").glob("*.yaml"))
-# Shipped transcripts not yet on the Temporal engine, each with its reason (skipped, not run into
-# fence timeouts, which would cost the suite half a minute each). Every one runs there today.
-NOT_YET: dict[str, str] = {}
 # A demo for `dsh interrupt` by hand: it parks until someone interrupts it, on either engine.
 MANUAL = {"interrupt-demo"}
 
@@ -38,19 +35,13 @@ async def client() -> AsyncIterator[Client]:
         yield c
 
 
-def cases() -> list[object]:
-    out: list[object] = []
-    for name in SHIPPED:
-        if name in MANUAL:
-            continue
-        marks = [pytest.mark.skip(reason=f"not yet on Temporal: {NOT_YET[name]}")] if name in NOT_YET else []
-        out.append(pytest.param(name, marks=marks, id=name))
-    return out
+def cases() -> list[str]:
+    return [name for name in SHIPPED if name not in MANUAL]  # every shipped transcript runs on Temporal
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_the_catalogue_is_covered() -> None:
-    assert set(NOT_YET) | MANUAL <= set(SHIPPED)
+    assert MANUAL <= set(SHIPPED)
     assert load_transcript("interrupt-demo").spec.fences == []  # MANUAL: nothing orders it but a user
 
 
