@@ -67,11 +67,14 @@ def root_of(headers: dict[str, dict[str, Any]], session_id: str) -> str:
 
 
 class Liveness:
-    """Asks each root's socket once whether a run serves it; remembers its `run.status`."""
+    """Asks each root's socket once whether a run serves it; remembers its `run.status`. A tree on
+    the Temporal engine serves no socket: with `engine: temporal` configured, its root workflow
+    answers `run.status` through the client instead (issue 12; loader/engines/control.py)."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self._cache: dict[str, dict[str, Any] | None] = {}
+        self._temporal: Any = False  # the `temporal` settings to ask, None for none; False until needed
 
     def status(self, root_id: str) -> dict[str, Any] | None:
         if root_id not in self._cache:
@@ -80,8 +83,32 @@ class Liveness:
             try:
                 self._cache[root_id] = call_sync(self.home, root_id, "run.status", {}, timeout=2)
             except Exception:
-                self._cache[root_id] = None
+                self._cache[root_id] = self._temporal_status(root_id)
         return self._cache[root_id]
+
+    def _temporal_status(self, root_id: str) -> dict[str, Any] | None:
+        if self._temporal is False:
+            self._temporal = _configured_temporal()
+        temporal = self._temporal
+        if temporal is None:
+            return None
+        import asyncio
+
+        async def ask() -> dict[str, Any] | None:
+            from dsh.loader.engines.client import connect
+            from dsh.loader.engines.control import run_status
+
+            client = await connect(temporal.address, temporal.namespace)
+            return await run_status(client, root_id)
+
+        try:
+            return asyncio.run(ask())
+        except Exception as exc:  # unreachable, or the extra is missing: not live, and ask no more
+            import logging
+
+            logging.getLogger(__name__).debug("run.status over Temporal failed: %r", exc)
+            self._temporal = None
+            return None
 
     def state(self, root_id: str, session_id: str) -> tuple[bool, str]:
         """`(live, state)`: a resident agent's status from its run, else `saved`."""
@@ -91,6 +118,22 @@ class Liveness:
         agents = {a.get("sessionId"): a.get("status") for a in status.get("agents", []) if isinstance(a, dict)}
         found = agents.get(session_id)
         return True, found if isinstance(found, str) else "saved"
+
+
+def _configured_temporal() -> Any:
+    """The composed `temporal` settings when the configuration says `engine: temporal`, else None
+    (without a `DSH_*` variable the default profile's engine, local, is answered without composing;
+    a configuration that does not compose lists as not live rather than failing the listing)."""
+    if not any(name.startswith("DSH_") for name in os.environ):
+        return None
+    from dsh.loader.config import compose
+    from dsh.loader.errors import DshError
+
+    try:
+        config = compose().config
+    except DshError:
+        return None
+    return config.temporal if config.engine == "temporal" else None
 
 
 def clip(text: str, width: int = TASK_WIDTH) -> str:

@@ -75,10 +75,13 @@ def retry_record(session_id: str, data: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def parked_entry(session_id: str, parent_id: str, label: str, home: Path) -> dict[str, Any]:
-    """One parked subagent of a `waiting` record: its address and the command that resumes it."""
+def parked_entry(session_id: str, parent_id: str, label: str, home: Path, engine: str | None = None) -> dict[str, Any]:
+    """One parked subagent of a `waiting` record: its address and the command that resumes it
+    (with `--engine temporal` for a Temporal tree: it serves no socket to find)."""
     address = f"{parent_id}/{session_id}"
     send = f"dsh send {shlex.quote(address)} MESSAGE --home {shlex.quote(str(home))}"
+    if engine is not None:
+        send += f" --engine {engine}"
     return {"sessionId": session_id, "parentSessionId": parent_id, "label": label, "address": address, "send": send}
 
 

@@ -9,11 +9,13 @@ activities report engaged.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from dsh.loader.agent import user_message
 from dsh.loader.config import TemporalConfig
@@ -25,17 +27,23 @@ from dsh.loader.engines.projection import TreeTail
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
 from dsh.loader.models import ModelProvider, ReplayProvider
+from dsh.loader.ndjson import parked_entry, record
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
 from dsh.loader.tools import tools_for
 from dsh.loader.transcripts import Transcript
 from dsh.loader.tree import Tree
 
-__all__ = ["TAIL_INTERVAL", "connect", "root_tool_names", "run_tree_temporal", "submit"]
+__all__ = ["STALL_EVERY", "TAIL_INTERVAL", "StallWatch", "connect", "root_tool_names", "run_tree_temporal", "submit"]
+
+logger = logging.getLogger(__name__)
 
 # How often the client reads the tree's logs while the run goes on (the stream's latency only:
 # a last read after the root workflow returned sees every line).
 TAIL_INTERVAL = 0.05
+# Under `run.parked: wait`, every this many reads the client asks the root whether the tree is
+# stalled (query `view`, no history): the latency of T-CLI-STALLED and the `waiting` record only.
+STALL_EVERY = 5
 
 
 async def connect(address: str, namespace: str) -> Client:
@@ -113,9 +121,14 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         replay = ReplayProvider(script)
         sinks.records.init(init_record(request, replay, "replay", root_id, root_tool_names(request, replay)))
     run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
+    stall = StallWatch(client, request, root_id, tail) if request.config.run.parked == "wait" else None
     try:
+        passes = 0
         while not run.done():
             tail.poll()
+            if stall is not None and passes % STALL_EVERY == 0:
+                await stall.check()
+            passes += 1
             await asyncio.wait({run}, timeout=tail_interval)  # a periodic read, not an ordering: see above
         result = run.result()
     finally:
@@ -141,6 +154,51 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         num_turns=tail.root_turns(),
         duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
+
+
+class StallWatch:
+    """`run.parked: wait` on Temporal (SPEC §17.2): when the root says its tree is stalled (every
+    agent idle, a child parked), say so once per stall as `run_tree` does — T-CLI-STALLED as a
+    warning, the `waiting` record, the live tree's `on_waiting` — after a read of the logs, so the
+    record follows the events that parked the child. The run keeps waiting for a waking message.
+    A stall is seen by asking (every STALL_EVERY reads): one that ends before the next question
+    goes unreported, and a person cannot end one that fast."""
+
+    def __init__(self, client: Client, request: RunRequest, root_id: str, tail: TreeTail) -> None:
+        self.client = client
+        self.request = request
+        self.root_id = root_id
+        self.tail = tail
+        self.reported = False
+
+    async def check(self) -> None:
+        try:
+            view = await self.client.get_workflow_handle_for(AgentWorkflow.run, self.root_id).query(AgentWorkflow.view)
+        except (RPCError, WorkflowQueryFailedError) as exc:  # not started yet, a worker restarting
+            logger.debug("the stall query of %s failed: %r", self.root_id, exc)
+            return
+        if not view.stalled or not view.parked:
+            self.reported = False
+            return
+        if self.reported:
+            return
+        self.reported = True
+        self.tail.poll()
+        sinks, home = self.request.sinks, Path(self.request.home)
+        entries = []
+        for sid in view.parked:
+            known = self.tail.tails.get(sid)
+            entries.append(parked_entry(sid, known.parent_id or "" if known else "", known.label if known else "",
+                                        home, engine="temporal"))
+        text = render("T-CLI-STALLED", ids=", ".join(e["address"] for e in entries))
+        if sinks.on_warning is not None:
+            sinks.on_warning(text)
+        else:
+            logger.warning("%s", text)
+        if sinks.records is not None:
+            sinks.records.emit(record("waiting", rootSessionId=self.root_id, parked=entries))
+        if sinks.on_waiting is not None:
+            sinks.on_waiting(entries)
 
 
 def root_tool_names(request: RunRequest, provider: ModelProvider) -> list[str]:

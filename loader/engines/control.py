@@ -9,17 +9,21 @@ not resident: interrupting it is the accepted no-op.
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
-from dsh.loader.engines.wire import Answer, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
+from dsh.loader.engines.wire import AgentView, Answer, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
 from dsh.loader.engines.workflow import AgentWorkflow
+from dsh.loader.host.client import NotAChild, UnknownSession
 from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
 
-__all__ = ["NotRunning", "interrupt_workflow", "message_workflow", "run_is_live", "user_call", "workflow_status"]
+__all__ = ["NotRunning", "interrupt_workflow", "locate", "message_workflow", "run_is_live", "run_status",
+           "subagent_list", "user_call", "view_of", "workflow_status"]
 
 
 class NotRunning(Exception):
@@ -81,10 +85,123 @@ async def run_is_live(client: Client, root_id: str) -> bool:
     return described.status == WorkflowExecutionStatus.RUNNING
 
 
+async def view_of(client: Client, workflow_id: str) -> AgentView | None:
+    """Query `view` of one agent's workflow (a closed run answers as of its end); None when the
+    server knows no such workflow."""
+    handle = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+    try:
+        return await handle.query(AgentWorkflow.view)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def run_status(client: Client, root_id: str) -> dict[str, Any] | None:
+    """`run.status` (§18.2) of a tree on Temporal, in the socket's shape; None when its root
+    workflow no longer runs (no live run, as a socket that does not answer). The agents are the
+    root and every resident workflow below it, each read by its own `view` query. `pid` is null:
+    no one dsh process hosts the tree; `startedAt` is the root workflow's start."""
+    handle = client.get_workflow_handle(root_id)
+    try:
+        described = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    root = await view_of(client, root_id)
+    if root is None:
+        return None
+    agents: list[dict[str, Any]] = []
+    level = [root]
+    while level:
+        below: list[str] = []
+        for view in level:
+            row: dict[str, Any] = {"sessionId": view.session_id}
+            if view.parent_id is not None:
+                row["parentSessionId"] = view.parent_id
+            if view.label is not None:
+                row["label"] = view.label
+            row["status"] = view.status
+            agents.append(row)
+            below += [child_workflow_id(root_id, c) for c in view.resident]
+        found = await asyncio.gather(*(view_of(client, w) for w in below))
+        level = [v for v in found if v is not None]
+    state = "shutting-down" if root.shutting_down else "stalled" if root.stalled else "running"
+    started = described.start_time
+    return {"rootSessionId": root_id, "pid": None, "startedAt": round(started.timestamp() * 1000) if started else None,
+            "state": state, "agents": agents}
+
+
+async def subagent_list(client: Client, root_id: str, parent_id: str, scope: str = "children") -> dict[str, Any]:
+    """`subagent.list` (§18.2) on Temporal, in the socket's shape: the children the parent's
+    workflow started or resumed, in that order, each with its workflow's §12.2 status (`ready`
+    when none runs); `descendants` walks each child's own workflow. `parentLive`: the parent's
+    workflow runs."""
+    parent = await view_of(client, agent_workflow_id(root_id, parent_id))
+    live = parent is not None and await _running(client, agent_workflow_id(root_id, parent_id))
+    entries: list[dict[str, Any]] = []
+    seen = {parent_id}
+
+    async def visit(view: AgentView | None, depth: int) -> None:
+        refs = [c for c in (view.children if view is not None else []) if c.child_id not in seen]
+        seen.update(c.child_id for c in refs)
+        views = await asyncio.gather(*(view_of(client, child_workflow_id(root_id, c.child_id)) for c in refs))
+        for ref, child in zip(refs, views, strict=True):
+            status = "ready" if child is None else child.status  # a closed run answers `ready`
+            entries.append({"sessionId": ref.child_id, "parentSessionId": view.session_id if view else parent_id,
+                            "depth": depth, "label": str(ref.descriptor.get("label", "")), "status": status})
+            if scope == "descendants":
+                await visit(child, depth + 1)
+
+    await visit(parent, 1)
+    return {"parentLive": live, "entries": entries}
+
+
+async def _running(client: Client, workflow_id: str) -> bool:
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING
+
+
+async def locate(client: Client, parent_id: str, child_id: str, home: Path) -> str:
+    """The root of the tree whose workflows hold `child_id`, for a client whose home has no log
+    of it (issue 12 item 3): the server keeps the tree, so the address is checked against it.
+    The child's workflow `<root>/<child>` is found by id (the parent is the root: one describe;
+    else a visibility listing of dsh's workflows), and its parent workflow must be the presented
+    parent's, else NotAChild (T-CLI-UNAUTHORIZED, exit 2) as the saved headers refuse locally;
+    no such workflow is UnknownSession (exit 2). The workflow's own check stays authoritative."""
+    candidates = [child_workflow_id(parent_id, child_id)]
+    try:
+        described = await client.get_workflow_handle(candidates[0]).describe()
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        found = [w.id async for w in client.list_workflows('WorkflowType = "dsh.agent"')
+                 if w.id.endswith(f"/{child_id}")]
+        if not found:
+            raise UnknownSession(child_id, home) from None
+        described = await client.get_workflow_handle(found[0]).describe()
+    root_id = described.id.split("/", 1)[0]
+    if described.parent_id != agent_workflow_id(root_id, parent_id):
+        raise NotAChild(child_id, parent_id)
+    return root_id
+
+
 async def user_call(client: Client, root_id: str, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    """`subagent.interrupt` / `subagent.prompt` (§18.2) answered by the tree's workflows: the
-    socket's result, None when no live run hosts the child (the socket's NoLiveRun), and the
-    socket's `RpcError`s for refusals, so `dsh interrupt` / `dsh send` print and exit the same."""
+    """The socket's methods (§18.2) answered by the tree's workflows: the socket's result, None
+    when no live run hosts the child (the socket's NoLiveRun), and the socket's `RpcError`s for
+    refusals, so `dsh interrupt` / `dsh send` print and exit the same."""
+    if method == "run.status":
+        return await run_status(client, root_id)
+    if method == "subagent.list":
+        return await subagent_list(client, root_id, str(params["parentSessionId"]), str(params.get("scope", "children")))
     parent, child = str(params["parentSessionId"]), str(params["childSessionId"])
     if method == "subagent.interrupt":
         answer = await interrupt_workflow(client, root_id, child, Interrupt(kind="user", caller=parent))

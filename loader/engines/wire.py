@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
+    "AgentView",
     "Answer",
     "Carried",
     "ChildRef",
@@ -230,6 +231,24 @@ class ChildState:
     child_id: str
     stalled: bool
     parked: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AgentView:
+    """Query `view` of one agent's workflow: what the socket's `run.status` and `subagent.list`
+    read of a live agent (SPEC §18.2), and the stall the client reports under `run.parked: wait`.
+    A query adds nothing to history, so a client may ask as often as it likes."""
+
+    session_id: str
+    parent_id: str | None
+    label: str | None  # the descriptor's (a child), None for the root
+    depth: int
+    status: str  # `list_agents`' status (§12.2): running, parked, idle, ready once closing
+    resident: list[str] = field(default_factory=list)  # children whose settlement is still due
+    children: list[ChildRef] = field(default_factory=list)  # started or resumed by this run, in order
+    stalled: bool = False  # every agent at and below it idle with a child parked (§17.2)
+    parked: list[str] = field(default_factory=list)  # the parked agents of that stall
+    shutting_down: bool = False  # releasing its tree, or its run is closing
 
 
 @dataclass

@@ -33,6 +33,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
         TURN_TIMEOUT,
+        AgentView,
         Answer,
         Carried,
         ChildRef,
@@ -270,6 +271,18 @@ class AgentWorkflow:
         if self._running or self._waking():
             return "running"
         return "parked" if self._parked else "idle"
+
+    @workflow.query
+    def view(self) -> AgentView:
+        """This agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
+        tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
+        assert self._input is not None
+        who = self._input
+        stall = self._stall_state()
+        return AgentView(
+            session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
+            depth=who.depth, status=self.status(), resident=list(self._resident), children=list(self._children),
+            stalled=stall.stalled, parked=list(stall.parked), shutting_down=self._closing or self._releasing)
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:
