@@ -27,27 +27,38 @@ def _call(address: str, home: Path | None, method: str, params: dict[str, Any],
 
     Exit codes (§19): 2 for a bad address, an unknown child or one the saved headers do not place
     under that parent; 1 for refusals and RPC failures."""
-    from dsh.loader.host.client import NoLiveRun, RouteError, call_sync, check_address, parse_address, route
+    from dsh.loader.host.client import (
+        NoLiveRun, RouteError, UnknownSession, call_sync, check_address, parse_address, route,
+    )
 
     if engine not in (None, "local", "temporal"):
         fail(f"--engine: expected local or temporal, got {engine!r}", 2)
     root_dir = resolve_home(home)
     try:
         parent, child = parse_address(address)
+    except RouteError as exc:
+        fail(exc.message, 2)
+    request = {"parentSessionId": parent, "childSessionId": child, **params}
+    try:
         check_address(root_dir, parent, child)  # the saved headers answer first (issue 15 item 4)
         root_id = route(root_dir, parent, child)
+    except UnknownSession as exc:
+        # No log of the child here: a Temporal tree's workers may keep their logs on another
+        # home, and the server holds the tree, so it is asked instead (issue 12 item 3).
+        if engine == "local" or (engine is None and _configured_engine() != "temporal"):
+            fail(exc.message, 2)
+        return child, _answered(parent, child, lambda: _temporal_call(None, method, request, root_dir))
     except RouteError as exc:
         fail(exc.message, 2)
     except Exception as exc:  # an unreadable home and the like: one line, exit 1
         fail(str(exc), 1)
-    request = {"parentSessionId": parent, "childSessionId": child, **params}
     if engine != "temporal":
         try:
             return child, _answered(parent, child, lambda: call_sync(root_dir, root_id, method, request))
         except NoLiveRun:
             if engine == "local" or _configured_engine() != "temporal":
                 return child, None
-    return child, _answered(parent, child, lambda: _temporal_call(root_id, method, request))
+    return child, _answered(parent, child, lambda: _temporal_call(root_id, method, request, root_dir))
 
 
 def _answered(parent: str, child: str, call: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -86,12 +97,15 @@ def _configured_engine() -> str:
         fail(exc.message, 2)
 
 
-def _temporal_call(root_id: str, method: str, request: dict[str, Any]) -> dict[str, Any] | None:
-    """The call answered by the tree's workflows (None: no live run hosts it)."""
+def _temporal_call(root_id: str | None, method: str, request: dict[str, Any], home: Path) -> dict[str, Any] | None:
+    """The call answered by the tree's workflows (None: no live run hosts it). Without `root_id`
+    (no log of the child in this home) the server locates the child's tree and checks the
+    presented parent against it first: `locate`'s refusals exit 2, as the saved headers' do."""
     import asyncio
 
     from dsh.loader.config import compose
     from dsh.loader.errors import DshError
+    from dsh.loader.host.client import RouteError
 
     try:
         temporal = compose().config.temporal
@@ -105,11 +119,16 @@ def _temporal_call(root_id: str, method: str, request: dict[str, Any]) -> dict[s
         fail(render("T-ENGINE-NOT-INSTALLED"), 2)
 
     async def main() -> dict[str, Any] | None:
+        from dsh.loader.engines.control import locate
+
         client = await connect(temporal.address, temporal.namespace)
-        return await user_call(client, root_id, method, request)
+        root = root_id or await locate(client, request["parentSessionId"], request["childSessionId"], home)
+        return await user_call(client, root, method, request)
 
     try:
         return asyncio.run(main())
+    except RouteError as exc:  # not a child of that parent, or no such child in any tree: usage
+        fail(exc.message, 2)
     except DshError as exc:  # the server is unreachable: a transport failure, one line, exit 1
         fail(exc.message, 1)
 
