@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ TAIL_INTERVAL = 0.05
 # Under `run.parked: wait`, every this many reads the client asks the root whether the tree is
 # stalled (query `view`, no history): the latency of T-CLI-STALLED and the `waiting` record only.
 STALL_EVERY = 5
+# A query waits for a worker to answer it; with none (all died) the next question asks again.
+QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 async def connect(address: str, namespace: str) -> Client:
@@ -173,7 +176,8 @@ class StallWatch:
 
     async def check(self) -> None:
         try:
-            view = await self.client.get_workflow_handle_for(AgentWorkflow.run, self.root_id).query(AgentWorkflow.view)
+            view = await self.client.get_workflow_handle_for(AgentWorkflow.run, self.root_id).query(
+                AgentWorkflow.view, rpc_timeout=QUERY_TIMEOUT)
         except (RPCError, WorkflowQueryFailedError) as exc:  # not started yet, a worker restarting
             logger.debug("the stall query of %s failed: %r", self.root_id, exc)
             return

@@ -14,7 +14,11 @@ Invariants:
   the core's own `agent.cancel(cause, keep_inbox=True)` (SPEC §10);
 - `parked` in the result lists the waking messages (this turn's or an earlier turn's) still queued
   when the agent went idle: the workflow keeps such a child resident and runs no turn for it.
-- a retry finishes what the dead attempt left: restored inbox work, else the cut-off turn.
+- a retry finishes what the dead attempt left: restored inbox work, else the cut-off turn;
+- an interrupt is applied once across attempts: the log says how many of this turn's interrupts
+  a dead attempt applied (`interrupts_in_log`); a retry does not apply those again, and the work
+  the last of them parked stays parked. One that the log does not show was not applied (its
+  aborted `turn/end` is not durable: the log is in order), so the retry applies it.
 """
 
 from __future__ import annotations
@@ -35,14 +39,14 @@ from dsh.loader.fences import Fact, Fences
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
 from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
-from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
+from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
 from dsh.loader.tree import Tree
 
-__all__ = ["WorkflowLink", "run_turn"]
+__all__ = ["WorkflowLink", "interrupts_in_log", "run_turn"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,11 +201,15 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
         # A release turn continues nothing; a retried one may (below).
         retried = retry and not spec.release
         cut_off = retried and turn_cut_off(agent.session.events)
+        interrupted = False
+        if retried:
+            applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in spec.deliveries})
         for d in spec.deliveries:
             deliver(d)
         # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
-        # the death cut off is continued, as `dsh run --resume` continues one (tree.py).
-        if retried and not agent.resume_pending() and cut_off:
+        # the death cut off is continued, as `dsh run --resume` continues one (tree.py). Not when
+        # the dead attempt's last turn ended by an interrupt: its queue is parked (§10.3).
+        if retried and not interrupted and not agent.resume_pending() and cut_off:
             agent.followup(continuation_message())
         pollers.append(asyncio.create_task(poll(), name=f"poll:{agent.id}"))
         await agent.when_idle()
@@ -226,6 +234,28 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
         result.violations += fences.violations
         result.fences_engaged = list(fences.engaged)
     return result
+
+
+def interrupts_in_log(events: list[Any], slice_ids: set[str]) -> tuple[int, bool]:
+    """A retried turn's interrupts that its dead attempt applied, read from the log: each one
+    applied ended a turn `aborted` by its cause (`user` or `parent`), after the first event that
+    holds one of this turn's deliveries (what came before belongs to earlier turns). Returns how
+    many, and whether the last turn of this slice ended so (its queued work is parked).
+
+    An interrupt applied to an idle agent ends no turn and is not counted: applied again to the
+    retry, it cancels the retry's turn if one runs (README, "Not yet")."""
+    start = next((i for i, e in enumerate(events) if any(holds_message([e], m) for m in slice_ids)), None)
+    if start is None:
+        return 0, False
+    held, last = 0, False
+    for event in events[start:]:
+        if event["type"] == "turn/start":
+            last = False
+        elif event["type"] == "turn/end":
+            reason = event["data"].get("reason") or {}
+            last = reason.get("kind") == "aborted" and (reason.get("reason") or {}).get("kind") in ("user", "parent")
+            held += last
+    return held, last
 
 
 async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> Agent:

@@ -252,6 +252,46 @@ async def test_an_interrupt_is_applied_between_the_deliveries_it_arrived_between
     assert (result.taken, result.parked, result.output) == (2, [], "B_OK")
 
 
+@dataclass
+class WorkflowLikeLink(RecordingLink):
+    """Polls answered as the workflow answers them: the deliveries past `after` and the turn's
+    interrupts past the count the turn says it applied (each poll's arguments recorded)."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    turn_interrupts: list[InterruptAt] = field(default_factory=list)
+    asked: list[tuple[int, int]] = field(default_factory=list)
+
+    async def poll(self, after: int, interrupts: int) -> PollReply:
+        self.asked.append((after, interrupts))
+        if len(self.deliveries) > after or len(self.turn_interrupts) > interrupts:
+            return PollReply(deliveries=self.deliveries[after:], interrupts=self.turn_interrupts[interrupts:])
+        await asyncio.Event().wait()  # until the turn abandons the poll
+        return PollReply()
+
+
+async def test_a_retry_does_not_run_again_the_turn_its_dead_attempt_interrupted(tmp_path: Path) -> None:
+    """The first attempt took B, then the interrupt: its turn ended aborted with B parked, and its
+    worker died before the result was recorded. The retry (the same input) reads from the log that
+    the interrupt ended the turn: it runs nothing (without that, the restored B would run as turn
+    2 and the interrupt, handed again, would stop it a second time). The workflow hands B to the
+    next turn, which keeps it parked."""
+    spec = root_turn(tmp_path, str(hanging(tmp_path)), "Hang.")
+    b = Delivery(dict(user_message("B", {"kind": "user"})))
+    stop = InterruptAt(2, {"kind": "user"})
+    first = await run_turn(spec, RecordingLink(replies=[PollReply(deliveries=[b]), PollReply(interrupts=[stop])],
+                                               gate=(1, 3)))
+    assert first.parked == [b.message["id"]]
+    link = WorkflowLikeLink(deliveries=[*spec.deliveries, b], turn_interrupts=[stop])
+    again = await run_turn(spec, link, retry=True)
+    assert (again.taken, again.violations) == (1, [])
+    nxt = await run_turn(TurnInput(agent=spec.agent, deliveries=[b], offset=again.taken, seq=1), RecordingLink())
+    assert (nxt.taken, nxt.parked) == (1, [b.message["id"]])
+    events = SessionStore(tmp_path).read(spec.agent.session_id).events
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/start"] == [1]
+    assert [e["data"]["reason"] for e in events if e["type"] == "turn/end"] == [
+        {"kind": "aborted", "reason": {"kind": "user"}}]
+
+
 async def test_a_release_turn_cancels_the_agent_and_discards_its_queue_as_canceled_splices(tmp_path: Path) -> None:
     spec = root_turn(tmp_path, str(hanging(tmp_path)), "Hang.")
     b = Delivery(dict(user_message("B", {"kind": "user"})))
