@@ -120,7 +120,7 @@ class RequestLog:
             "turn": turn, "step": step, "model": model, "messageCount": message_count,
             "systemHash": s_hash, "toolNames": [t.get("name") for t in tools], "toolsHash": t_hash,
         }
-        self._session.append(REQUEST, data, ignorable=True)
+        self._session.append_owned(REQUEST, data, ignorable=True)
         self._scanned = len(events)
         return data
 
