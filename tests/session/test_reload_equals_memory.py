@@ -23,7 +23,7 @@ from dsh.loader.transcripts import load_transcript
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "transcripts"
 
-OWNED_TYPES = {"turn/start", "step/start", "step/end", "turn/end", "llm/request", "llm/retry",
+OWNED_TYPES = {"turn/start", "step/start", "step/end", "turn/end", "llm/request", "llm/retry", "llm/system", "llm/tools",
                "agent/inbox/spliced", "subagent/epoch"}
 """Types with an `append_owned` call site (the splice's removals, the epoch marker among them)."""
 
