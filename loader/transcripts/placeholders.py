@@ -18,6 +18,7 @@ __all__ = ["PlaceholderKind", "UnresolvedPlaceholder", "may_hold_placeholders", 
 PlaceholderKind = Literal["child", "session"]
 
 _PLACEHOLDER_RE = re.compile(r"\{\{(child|session):([^{}]*)\}\}")
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # one encoder: `json.dumps` with options builds one per call
 
 
 class UnresolvedPlaceholder(LookupError):
@@ -34,7 +35,7 @@ def may_hold_placeholders(value: Any) -> bool:
     a match in the text. A value that is not JSON (or a false match) just takes the walk.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        text = _TEXT(value)
     except (TypeError, ValueError):
         return True
     return _PLACEHOLDER_RE.search(text) is not None
