@@ -33,24 +33,26 @@ class Emitter:
     """Named synchronous events. Listeners are called as `fn(payload)`."""
 
     def __init__(self) -> None:
-        self._listeners: dict[str, list[Listener]] = {}
+        # Copy-on-write tuples (issue 13): `on`/`off` build a new tuple, so an emit iterates the one
+        # it read, unchanged by listeners added or removed meanwhile, without a copy per emit.
+        self._listeners: dict[str, tuple[Listener, ...]] = {}
 
     def on(self, name: str, fn: Listener) -> Callable[[], None]:
-        self._listeners.setdefault(name, []).append(fn)
+        self._listeners[name] = (*self._listeners.get(name, ()), fn)
 
         def off() -> None:
-            fns = self._listeners.get(name, [])
+            fns = self._listeners.get(name, ())
             if fn in fns:
-                fns.remove(fn)
+                index = fns.index(fn)  # the first registration, as list.remove took
+                self._listeners[name] = fns[:index] + fns[index + 1:]
 
         return off
 
     def emit(self, name: str, payload: Any) -> None:
         fns = self._listeners.get(name)
         if not fns:
-            return  # issue 13: most events have no listener; no copy, no awaitable check
-        # A snapshot, so listeners added or removed during the emit do not change who is called.
-        for fn in (fns[0],) if len(fns) == 1 else fns.copy():
+            return  # issue 13: most events have no listener; no awaitable check
+        for fn in fns:  # a snapshot: listeners added or removed during the emit do not change who is called
             try:
                 result = fn(payload)
             except Exception:

@@ -47,6 +47,9 @@ class Fences:
         # Every fact, keyed by transcript agent key (what conditions name), each one unique, so a
         # fact learnt twice (an engine that mirrors facts between processes: `merge`) counts once.
         self._facts: set[Fact] = set()
+        # Invariant: _counts[f[:2]] and _counts[f[:3]] count the facts f of `_facts` with that
+        # prefix (issue 13: `_count` rescanned every fact at each change, O(N²) in a fan-out).
+        self._counts: dict[tuple[Any, ...], int] = {}
         # Called with each fact first recorded here (not merged ones): the Temporal engine
         # publishes them to the tree's other turns (loader/engines/README.md).
         self.on_fact: Callable[[Fact], None] | None = None
@@ -94,7 +97,7 @@ class Fences:
         fact: Fact = (kind, key, *detail)
         if fact in self._facts:
             return
-        self._facts.add(fact)
+        self._add(fact)
         if self.on_fact is not None:
             self.on_fact(fact)
         self._changed()
@@ -102,9 +105,18 @@ class Fences:
     def merge(self, facts: Iterable[Fact]) -> None:
         """Facts recorded elsewhere in the tree (another process's turns)."""
         new = [f for f in facts if f not in self._facts]
+        for fact in new:
+            self._add(fact)
         if new:
-            self._facts.update(new)
             self._changed()
+
+    def _add(self, fact: Fact) -> None:
+        if fact in self._facts:  # a merged batch may repeat a fact
+            return
+        self._facts.add(fact)
+        counts = self._counts
+        for prefix in {fact[:2], fact[:3]}:
+            counts[prefix] = counts.get(prefix, 0) + 1
 
     def _on_inserted(self, payload: dict[str, Any]) -> None:
         message = payload["message"]
@@ -136,6 +148,8 @@ class Fences:
 
     def _count(self, kind: str, key: str, *detail: str | int | None) -> int:
         n = len(detail)
+        if n <= 1:
+            return self._counts.get((kind, key, *detail), 0)
         return sum(1 for f in self._facts if f[0] == kind and f[1] == key and f[2:2 + n] == detail)
 
     def holds(self, cond: Condition) -> bool:

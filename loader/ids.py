@@ -14,8 +14,8 @@ Stdlib only: `dsh interrupt` imports this through the RPC client and must start 
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 from dsh.loader.errors import DshError
 
@@ -47,18 +47,29 @@ class InvalidSessionId(DshError):
         self.problem = problem
 
 
+def _uuid4() -> str:
+    """`str(uuid.uuid4())`, the same format and randomness (16 bytes of `os.urandom`, the version
+    and variant bits set), without building a `UUID` object: 2 ids per model call, 5 per child of a
+    fan-out (issue 13)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant RFC 4122
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def new_root_id() -> str:
-    return f"session-{uuid.uuid4()}"
+    return f"session-{_uuid4()}"
 
 
 def new_child_id() -> str:
     """The same format as a root's (issue 11 item 4): an id never tells a root from a child; the
     header's `parentSession` does."""
-    return f"session-{uuid.uuid4()}"
+    return f"session-{_uuid4()}"
 
 
 def new_message_id() -> str:
-    return str(uuid.uuid4())
+    return _uuid4()
 
 
 def session_id_problem(value: object) -> str | None:

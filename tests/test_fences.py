@@ -462,3 +462,24 @@ def test_m89_unresolvable_placeholder_fails_the_request(dsh_flow: Any, tmp_path:
     [t1] = session(flow, "0")["turns"]
     assert t1["end"]["kind"] == "error" and t1["end"]["code"] == "REPLAY_PLACEHOLDER"
     assert flow["result"]["exitCode"] == 1
+
+
+def test_fact_counts_match_a_scan_of_the_facts_after_records_and_merges() -> None:
+    """Issue 13: `_count` reads per-prefix counters instead of rescanning every fact; after any mix
+    of recorded and merged facts (repeats included), each count equals the scan it replaced."""
+    import random
+
+    from dsh.loader.fences import Fences
+
+    fences = Fences([], tree=None, replay=None, timeout=1.0)  # type: ignore[arg-type]
+    rng = random.Random(13)
+    kinds, keys, details = ["inserted", "settled", "parked"], ["root", "w1", "w2"], ["a", "b", 1, None]
+    for _ in range(300):
+        fact = (rng.choice(kinds), rng.choice(keys), *rng.sample(details, rng.randint(0, 2)))
+        fences.merge([fact, fact] if rng.random() < 0.5 else [fact])
+    for kind in kinds:
+        for key in keys:
+            for detail in [(), *[(d,) for d in details]]:
+                n = len(detail)
+                scan = sum(1 for f in fences._facts if f[0] == kind and f[1] == key and f[2:2 + n] == detail)
+                assert fences._count(kind, key, *detail) == scan, (kind, key, detail)

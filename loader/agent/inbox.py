@@ -133,7 +133,7 @@ class Inbox:
         data: dict[str, Any] = {"target": target, "start": start, "inserted": [], "removedCount": count}
         if canceled:
             data["outcome"] = "canceled"
-        self._session.append("agent/inbox/spliced", data)
+        self._session.append_owned("agent/inbox/spliced", data)
         items = self.lists[target]
         removed = items[start : start + count]
         del items[start : start + count]

@@ -52,7 +52,7 @@ def open_turn(agent: Agent) -> OpenedTurn:
     phase.abort.signal.throw_if_aborted()  # e.g. a status listener cancelled: no turn at all
     turn = phase.turn + 1
     try:
-        agent.session.append("turn/start", {"turn": turn})
+        agent.session.append_owned("turn/start", {"turn": turn})
     except Exception as exc:
         _emit_error(agent, turn, 0, _error_data(exc))
         raise
@@ -137,7 +137,7 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
                 turn_ends = {"kind": "completed"}
                 return False
             signal.throw_if_aborted()
-            agent.session.append("step/start", {"turn": turn, "step": step})
+            agent.session.append_owned("step/start", {"turn": turn, "step": step})
             phase.step = step
             try:
                 for message in entered:
@@ -146,7 +146,7 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
                 if turn_ends is None or not _outlasts_later_steps(turn_ends):
                     turn_ends = end
             finally:
-                agent.session.append("step/end", {"turn": turn, "step": step})
+                agent.session.append_owned("step/end", {"turn": turn, "step": step})
             signal.throw_if_aborted()
             if turn_ends is not None and not agent.inbox.next_step:
                 break
@@ -200,7 +200,7 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         data: dict[str, Any] = {"turn": turn, "step": step, "attempt": attempt, "delayMs": delay_ms, "code": code}
         if status is not None:
             data["status"] = status
-        agent.session.append("llm/retry", data)
+        agent.session.append_owned("llm/retry", data)
 
     assembler = Assembler()
     inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
@@ -375,8 +375,14 @@ def _emit_error(agent: Agent, turn: int, step: int, error: ErrorData) -> None:
     agent.events.emit("agent/error", {"agent": agent.id, "turn": turn, "step": step, "error": error})
 
 
+_FRESH_ENDS = frozenset({"completed", "max-tokens", "blocked"})
+
+
 def _end_turn(agent: Agent, turn: int, reason: TurnEnd) -> None:
     try:
-        agent.session.append("turn/end", {"turn": turn, "reason": reason})
+        if reason["kind"] in _FRESH_ENDS:  # a literal made for this turn: nothing else holds it
+            agent.session.append_owned("turn/end", {"turn": turn, "reason": reason})
+        else:  # an abort's cause or an error's data may be shared, or come from outside
+            agent.session.append("turn/end", {"turn": turn, "reason": reason})
     except Exception:
         logger.exception("could not log turn/end %s of %s", turn, agent.id)

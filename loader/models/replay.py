@@ -54,6 +54,7 @@ from dsh.loader.transcripts import (
     UnresolvedPlaceholder,
     resolve_placeholders,
 )
+from dsh.loader.transcripts.placeholders import may_hold_placeholders
 
 if TYPE_CHECKING:
     from dsh.loader.transcripts import Reply  # or its lean record (loader.transcripts.lean)
@@ -329,7 +330,9 @@ def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:
 
 def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> _Served:
     """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
-    data = resolve_placeholders(reply.model_dump(), lookup)
+    data = reply.model_dump()  # a fresh dict per serve: nothing to copy when nothing is resolved
+    if may_hold_placeholders(data):
+        data = resolve_placeholders(data, lookup)
     form = reply.form
     if form == "hang":
         return _Served(form, chunks=_prefix(data["hang"]["text"]))

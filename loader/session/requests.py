@@ -59,22 +59,39 @@ def tools_hash(tools: list[dict[str, Any]]) -> str:
 
 _SHARED_TOOLS: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str]] = {}
 _SHARED_TOOLS_MAX = 64
+_SHARED_SYSTEM: dict[str, str] = {}  # system prompt -> its hash; prompts are few, bounded as above
 
 
-def _shared_tools_hash(tools: list[dict[str, Any]]) -> str:
-    """`tools_hash`, computed once per tool list for all sessions (issue 13: every child of a fan-out
-    hashed the same schemas, ~1.5% of the run). Keyed by the lists' names, descriptions and the
-    identity of their parameter schemas (`loop._schema` hands out one cached dict per model); a hit
-    still compares the lists with a stored copy, so a schema mutated in between gets its own hash."""
+def _shared_system_hash(text: str) -> str:
+    """`system_hash`, once per prompt for all sessions (issue 13: every child hashed the same one)."""
+    digest = _SHARED_SYSTEM.get(text)
+    if digest is None:
+        digest = system_hash(text)
+        if len(_SHARED_SYSTEM) >= _SHARED_TOOLS_MAX:
+            _SHARED_SYSTEM.clear()
+        _SHARED_SYSTEM[text] = digest
+    return digest
+
+
+def _shared_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """A JSON copy of `tools` and `tools_hash(tools)`, computed once per tool list for all sessions
+    (issue 13: every child of a fan-out hashed the same schemas, ~1.5% of the run, and copied them
+    into its `llm/tools` event). Keyed by the lists' names, descriptions and the identity of their
+    parameter schemas (`loop._schema` hands out one cached dict per model); a hit still compares
+    the lists with the stored copy, so a schema mutated in between gets its own entry.
+
+    The copy is what `Session.append` would have decoded (`json.loads(json.dumps(...))` normalises
+    tuples and keys alike); the `llm/tools` events of all sessions share it, read-only as every
+    log's data is, so no log holds the live schema dicts."""
     key = tuple((t.get("name"), t.get("description"), id(t.get("parameters"))) for t in tools)
     hit = _SHARED_TOOLS.get(key)
     if hit is not None and hit[0] == tools:
-        return hit[1]
+        return hit
     digest = tools_hash(tools)
     if len(_SHARED_TOOLS) >= _SHARED_TOOLS_MAX:
         _SHARED_TOOLS.clear()
-    _SHARED_TOOLS[key] = (json.loads(json.dumps(tools)), digest)  # a copy: later mutation cannot match
-    return digest
+    entry = _SHARED_TOOLS[key] = (json.loads(json.dumps(tools)), digest)  # later mutation cannot match
+    return entry
 
 
 class RequestLog:
@@ -89,7 +106,7 @@ class RequestLog:
         self._known: set[tuple[str, str]] = set()
         self._scanned = 0
         self._last_system: tuple[str, str] | None = None  # (text, hash): the prompt rarely changes
-        self._last_tools: tuple[list[dict[str, Any]], str] | None = None
+        self._last_tools: tuple[list[dict[str, Any]], str, list[dict[str, Any]]] | None = None
 
     def record(
         self, *, turn: int, step: int, model: str, system: str, tools: list[dict[str, Any]], message_count: int
@@ -106,21 +123,23 @@ class RequestLog:
                 self._known.add((kind[0], event["data"]["hash"]))
         self._scanned = len(events)
         if self._last_system is None or self._last_system[0] != system:
-            self._last_system = (system, system_hash(system))
+            self._last_system = (system, _shared_system_hash(system))
         if self._last_tools is None or self._last_tools[0] != tools:
-            self._last_tools = (tools, _shared_tools_hash(tools))
+            copy, digest = _shared_tools(tools)
+            self._last_tools = (tools, digest, copy)
         s_hash, t_hash = self._last_system[1], self._last_tools[1]
         if ("system", s_hash) not in self._known:
-            self._session.append(SYSTEM, {"hash": s_hash, "text": system}, ignorable=True)
+            # A str is immutable: the event may hold the prompt itself (`append_owned`).
+            self._session.append_owned(SYSTEM, {"hash": s_hash, "text": system}, ignorable=True)
             self._known.add(("system", s_hash))
         if ("tools", t_hash) not in self._known:
-            self._session.append(TOOLS, {"hash": t_hash, "tools": tools}, ignorable=True)
+            self._session.append_owned(TOOLS, {"hash": t_hash, "tools": self._last_tools[2]}, ignorable=True)
             self._known.add(("tools", t_hash))
         data: dict[str, Any] = {
             "turn": turn, "step": step, "model": model, "messageCount": message_count,
             "systemHash": s_hash, "toolNames": [t.get("name") for t in tools], "toolsHash": t_hash,
         }
-        self._session.append(REQUEST, data, ignorable=True)
+        self._session.append_owned(REQUEST, data, ignorable=True)
         self._scanned = len(events)
         return data
 

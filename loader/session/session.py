@@ -41,19 +41,49 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_encode_other = _ENCODER.encode  # any value (the event type's text); dicts take `_encode`
 _decode = json.JSONDecoder().decode
+_scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - untyped in typeshed
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+# One C encoder reused for every event (issue 13): `JSONEncoder.encode` builds a new one, and a
+# closure, per call, which cost as much as the encoding of a small event itself. Same text, same
+# errors (the C path is the one `encode` takes); the circular-reference markers are emptied after a
+# failed encode, since the C encoder leaves them behind when it raises.
+_MARKERS: dict[int, Any] = {}
+_c_encode: Any = None if _c_make_encoder is None else _c_make_encoder(
+    _MARKERS, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
 
 
-def _snapshot(data: Any) -> tuple[dict[str, Any], str]:
-    """The data's JSON text (the form `encode_line` writes) and a deep copy decoded from it."""
+def _encode(data: dict[str, Any]) -> str:
+    if _c_encode is None:  # pragma: no cover - CPython ships the C encoder
+        return _encode_other(data)
+    try:
+        return "".join(_c_encode(data, 0))
+    except BaseException:
+        _MARKERS.clear()
+        raise
+
+
+def _decode_object(text: str) -> Any:
+    """`_decode` for a text `_encode` made (no surrounding whitespace): the C scanner, without
+    `decode`'s two whitespace matches and frames."""
+    return _scan(text, 0)[0]
+
+
+def _snapshot(data: Any, copy: bool = True) -> tuple[dict[str, Any], str]:
+    """The data's JSON text (the form `encode_line` writes) and a deep copy decoded from it, or
+    `data` itself when not `copy` (`Session.append_owned`)."""
     if not isinstance(data, dict):
         raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-OBJECT", kind=type(data).__name__))
     try:
         text = _encode(data)
     except (TypeError, ValueError) as exc:
         raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
-    copied = _decode(text)
+    if not copy:
+        return data, text
+    copied = _decode_object(text)
     if not isinstance(copied, dict):  # pragma: no cover - a dict always round-trips to a dict
         raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-OBJECT", kind=type(copied).__name__))
     return copied, text
@@ -67,7 +97,7 @@ def _line(type: str, seq: int, time: int, data_text: str, ignorable: bool) -> by
     tail = ',"ignorable":true}' if ignorable else "}"
     type_text = _TYPE_TEXT.get(type)
     if type_text is None:
-        type_text = _encode(type)
+        type_text = _encode_other(type)
         if len(_TYPE_TEXT) < 256:  # ignorable types are open-ended: bound the cache
             _TYPE_TEXT[type] = type_text
     text = f'{{"type":{type_text},"seq":{seq},"time":{time},"data":{data_text}{tail}'
@@ -107,7 +137,24 @@ class Session:
         return f"Session({self.id!r}, events={len(self.events)}, closed={self.closed})"
 
     def append(self, type: str, data: Mapping[str, Any], *, ignorable: bool = False) -> Event:
-        """Append one event and publish it; a plain `def` so the whole append is one sync span."""
+        """Append one event and publish it; a plain `def` so the whole append is one sync span.
+
+        The log keeps a copy of `data` decoded from its JSON text, so the event in memory is what a
+        reload gives (tuples become lists, non-str keys strings) and the caller's data may change.
+        """
+        return self._append(type, data, ignorable, True)
+
+    def append_owned(self, type: str, data: dict[str, Any], *, ignorable: bool = False) -> Event:
+        """`append` for data the runtime built for this call (issue 13): the log keeps `data` itself.
+
+        Only for a fresh dict whose keys are `str` and whose values are JSON-native (`str`, `int`,
+        `bool`, `None`, finite `float`, and lists and dicts of these) that nobody holds or changes
+        afterwards: then the decoded copy would equal `data`, and skipping it is the saving. Data
+        from outside (messages, tool results, provider output, transcripts) goes through `append`.
+        """
+        return self._append(type, data, ignorable, False)
+
+    def _append(self, type: str, data: Mapping[str, Any], ignorable: bool, copy: bool) -> Event:
         if self.closed:
             raise SessionError("SESSION_CLOSED", render("R-SESSION-CLOSED", id=self.id))
         if self._publishing:
@@ -117,7 +164,7 @@ class Session:
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
             raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
-        copied, text = _snapshot(data)
+        copied, text = _snapshot(data, copy)
         event: Event = {"type": type, "seq": len(self.events), "time": self._clock(), "data": copied}
         if ignorable:
             event["ignorable"] = True

@@ -330,7 +330,7 @@ class ContinuationManager:
             self.install_activation(a)
             self.pulse()
             try:
-                agent.session.append(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
+                agent.session.append_owned(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
                 signal.throw_if_aborted()
                 self.assert_admitting(parent)
                 self.acquire_ownership(parent, child_id)

@@ -245,7 +245,7 @@ def install_recovered(
         epoch, boundary = owed.epoch, owed.start
     else:
         epoch, boundary = next_epoch(events), len(events)
-        agent.session.append(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
+        agent.session.append_owned(EPOCH_EVENT, {"epoch": epoch}, ignorable=True)
     a = Activation(
         child_id=agent.id,
         parent_session=parent.id,

@@ -8,21 +8,37 @@ value, mapping keys included, and never mutates its input.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["PlaceholderKind", "UnresolvedPlaceholder", "resolve_placeholders"]
+__all__ = ["PlaceholderKind", "UnresolvedPlaceholder", "may_hold_placeholders", "resolve_placeholders"]
 
 PlaceholderKind = Literal["child", "session"]
 
 _PLACEHOLDER_RE = re.compile(r"\{\{(child|session):([^{}]*)\}\}")
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # one encoder: `json.dumps` with options builds one per call
 
 
 class UnresolvedPlaceholder(LookupError):
     def __init__(self, placeholder: str) -> None:
         super().__init__(f"cannot resolve {placeholder}")
         self.placeholder = placeholder
+
+
+def may_hold_placeholders(value: Any) -> bool:
+    """Whether some string of `value` (mapping keys included) may hold a placeholder, by one search
+    of its JSON text (issue 13: most replies have none, and the walk copied every one of them).
+
+    A superset, never a miss: JSON escaping adds no braces, so a placeholder in any string is still
+    a match in the text. A value that is not JSON (or a false match) just takes the walk.
+    """
+    try:
+        text = _TEXT(value)
+    except (TypeError, ValueError):
+        return True
+    return _PLACEHOLDER_RE.search(text) is not None
 
 
 def resolve_placeholders(value: Any, lookup: Callable[[PlaceholderKind, str], str | None]) -> Any:

@@ -89,3 +89,28 @@ def test_sessions_share_a_tool_lists_hash_but_a_schema_changed_in_place_gets_its
     assert recorded_hash("session-a") == recorded_hash("session-b") == before
     schema["properties"]["label"]["type"] = "integer"  # the same dict object, new content
     assert recorded_hash("session-c") == tools_hash(tools) != before
+
+
+def test_the_logged_tool_list_is_a_json_copy_the_live_schemas_cannot_change() -> None:
+    """Issue 13: `llm/tools` events hold one shared JSON copy of the list (appended without a copy
+    of their own); changing the live schema afterwards changes no log, and each log's event equals
+    what a reload of its line gives."""
+    import json
+
+    from dsh.loader.session.envelope import encode_line
+
+    schema: dict[str, Any] = {"type": "object", "required": ["label"]}
+    tools = [{"name": "spawn-copy-test", "description": "d", "parameters": schema}]
+    logged = []
+    for sid in ("session-x1", "session-x2"):
+        session = Session(make_header(sid))
+        session.append("turn/start", {"turn": 1})
+        session.append("step/start", {"turn": 1, "step": 1})
+        RequestLog(session).record(turn=1, step=1, model="m", system="S", tools=tools, message_count=0)
+        [event] = [e for e in session.events if e["type"] == "llm/tools"]
+        assert json.loads(encode_line(event)) == event
+        logged.append(event["data"]["tools"])
+    assert logged[0] is logged[1] and logged[0][0]["parameters"] is not schema
+    schema["required"].append("other")
+    assert logged[0] == [{"name": "spawn-copy-test", "description": "d",
+                          "parameters": {"type": "object", "required": ["label"]}}]

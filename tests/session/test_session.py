@@ -230,3 +230,56 @@ def test_the_line_handed_to_the_store_is_encode_line_of_the_event(data: dict[str
     event = session.append("x-custom" if ignorable else "turn/start", data, ignorable=ignorable)
     assert lines == [(event, encode_line(event))]
     assert event["data"] == data and event["data"] is not data
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"x": {(1, 2): 3}}, id="tuple-key"),
+    pytest.param({"x": float("nan")}, id="nan"),
+    pytest.param({"x": object()}, id="object"),
+])
+def test_append_owned_refuses_what_append_refuses(bad: Any) -> None:
+    """The trusted path skips only the decoded copy: the JSON check (and its error) stays."""
+    session = new_session()
+    for append in (session.append, session.append_owned):
+        with pytest.raises(SessionError) as info:
+            append("turn/start", bad)
+        assert info.value.code == "INVALID_EVENT"
+    assert session.events == []
+
+
+def test_append_normalises_tuples_and_non_str_keys_as_a_reload_does() -> None:
+    """External data is still copied through its JSON text: what memory holds is what a reload reads."""
+    import json
+
+    from dsh.loader.session.envelope import encode_line
+
+    lines: list[bytes] = []
+    session = Session(make_header("session-x"), line_sink=lambda event, line: lines.append(line))
+    event = session.append("user/message", {"id": "m", "tags": ("a", 1), "by": {1: "x", None: "y", 2.5: "z"}})
+    assert event["data"] == {"id": "m", "tags": ["a", 1], "by": {"1": "x", "null": "y", "2.5": "z"}}
+    assert json.loads(lines[0]) == event and lines == [encode_line(event)]
+
+
+def test_append_owned_keeps_the_data_itself_and_writes_the_same_line() -> None:
+    from dsh.loader.session.envelope import encode_line
+
+    lines: list[tuple[Event, bytes]] = []
+    session = Session(make_header("session-x"), line_sink=lambda event, line: lines.append((event, line)))
+    data = {"turn": 1, "step": 2}
+    event = session.append_owned("step/start", data)
+    assert event["data"] is data
+    assert lines == [(event, encode_line(event))]
+
+
+def test_a_failed_encode_leaves_no_circular_marker_behind() -> None:
+    """The reused C encoder keeps its circular-reference markers between calls; a failure mid-encode
+    must empty them, or a later event holding the same object is refused as circular."""
+    session = new_session()
+    shared: dict[str, Any] = {"k": "v"}
+    cyclic: dict[str, Any] = {"shared": shared}
+    shared["back"] = cyclic
+    with pytest.raises(SessionError):
+        session.append("turn/start", {"x": cyclic})
+    del shared["back"]
+    event = session.append("turn/start", {"x": cyclic, "y": shared})
+    assert event["data"] == {"x": {"shared": {"k": "v"}}, "y": {"k": "v"}}

@@ -38,3 +38,30 @@ def test_an_unresolvable_placeholder_raises_naming_it() -> None:
         resolve_placeholders("ok {{child:start}} then {{session:ghost}}", lookup)
 
     assert info.value.placeholder == "{{session:ghost}}"
+
+
+@pytest.mark.parametrize("value", [
+    "{{child:start}}",
+    {"k": ["x", {"deep": 'a {{session:quote"and\\\\slash}} b'}]},
+    {"{{child:new\nline}}": 1},
+    ["é {{session:ünï}}", None],
+    {"t": "{{child:\u0001ctl\ud800}}"},
+])
+def test_may_hold_placeholders_finds_every_placeholder_whatever_json_escapes(value: object) -> None:
+    """Issue 13: replies without placeholders skip the walk; the search of the JSON text must still
+    see a placeholder in any string or key, whatever the escaping does to its name."""
+    from dsh.loader.transcripts.placeholders import may_hold_placeholders
+
+    assert may_hold_placeholders(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"text": "reply 1", "tool_calls": None, "usage": {"input_tokens": 1}},
+    "{{name}} and {{other:thing}} and {{ child:start }}",
+    ["{{child:a}", "{b}}"],
+])
+def test_may_hold_placeholders_is_false_without_one(value: object) -> None:
+    from dsh.loader.transcripts.placeholders import may_hold_placeholders
+
+    assert not may_hold_placeholders(value)
+    assert resolve_placeholders(value, lookup) == value
