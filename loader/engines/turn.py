@@ -65,20 +65,38 @@ class _Heartbeating:
 
 
 class _Board:
-    """This turn's half of the root's fence board: facts recorded here are published (signals,
-    each tracked until sent), the tree's facts are merged into the local fences as they arrive,
-    for a turn a fence can hold (`Fences.may_wait`); any other turn needs none of them."""
+    """This turn's half of the root's fence board: facts recorded here that a fence can read
+    (`Fences.named`) are published, in batches (one signal in flight, the facts recorded meanwhile
+    go in the next); the tree's facts are merged into the local fences as they arrive, for a turn a
+    fence can hold (`Fences.may_wait`); any other turn needs none of them."""
 
     def __init__(self, fences: Fences, link: WorkflowLink) -> None:
         self.fences = fences
         self.link = link
-        self.sending: set[asyncio.Task[None]] = set()
+        self.named = fences.named()
+        self.queued: list[list[Any]] = []
+        self.sending: asyncio.Task[None] | None = None
         fences.on_fact = self._publish
 
     def _publish(self, fact: Fact) -> None:
-        task = asyncio.ensure_future(self.link.publish_facts([list(fact)]))
-        self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
+        if fact[1] not in self.named:
+            return  # no fence reads this agent's facts
+        self.queued.append(list(fact))
+        if self.sending is None:
+            self.sending = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while self.queued:
+                # --- S-board begin --- (take the batch: no await between the read and the reset)
+                batch, self.queued = self.queued, []
+                # --- S-board end ---
+                try:
+                    await self.link.publish_facts(batch)
+                except Exception as exc:
+                    logger.warning("publishing %d fence facts failed: %r", len(batch), exc)
+        finally:
+            self.sending = None
 
     async def mirror(self) -> None:
         seen = 0
@@ -89,9 +107,8 @@ class _Board:
 
     async def flush(self) -> None:
         """Every fact of this turn is on the board before the turn returns."""
-        for result in await asyncio.gather(*list(self.sending), return_exceptions=True):
-            if isinstance(result, BaseException):
-                logger.warning("publishing a fence fact failed: %r", result)
+        if self.sending is not None:
+            await asyncio.gather(self.sending, return_exceptions=True)
 
 
 async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
