@@ -26,8 +26,6 @@ from temporalio.client import Client
 from dsh.loader.session import SessionStore
 from dsh.loader.testing.runner import plan_flow
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,6 +55,7 @@ def fanout(n: int) -> dict[str, Any]:
     return {"version": 1, "name": f"fanout-{n}", "task": "fan out", "fences": [fence], "agents": agents}
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_reply_starting_many_children_keeps_within_the_servers_in_flight_update_limit(
     tight_client: Client, tmp_path: Path
 ) -> None:
@@ -80,3 +79,17 @@ def refused_updates() -> int:
     return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
                if line.startswith("service_errors_resource_exhausted{") and 'operation="UpdateWorkflowExecution"' in line
                and 'service_name="frontend"' in line)
+
+
+def test_a_worker_parses_a_transcript_once_while_its_file_is_unchanged(tmp_path: Path) -> None:
+    # Every turn of a tree reads the same transcript; at N=1,000 each parse cost ~40 ms of a
+    # child's worker CPU. An edited file is parsed again (mtime and size are the key).
+    from dsh.loader.engines.turn import _script
+
+    script = tmp_path / "fanout.yaml"
+    script.write_text(json.dumps(fanout(3)))
+    first = _script(script)
+    assert _script(script) is first
+    script.write_text(json.dumps(fanout(4)))
+    again = _script(script)
+    assert again is not first and len(again.spec.agents) == 5
