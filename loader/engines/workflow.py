@@ -409,7 +409,7 @@ class AgentWorkflow:
         """`subagent` calls of a running turn, batched: one update starts them all (their start
         commands go out in one workflow task) and returns once every one has started. Temporal
         holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
-        hit both at N=300 (issue 12 item 7)."""
+        refused starts at N=300 (issue 12 item 7)."""
         fresh = [r for r in requests if r.child_id not in self._resident]  # a retried turn asked again
         await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
 

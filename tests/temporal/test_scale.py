@@ -6,7 +6,7 @@ send one `start_child` update each, all at once, beside its two long-polls: past
 starts stalled for seconds or failed (the ~10 s stalls; N=300 hung). Here the server's limit is 3,
 and the test reads the server's own count of refused updates (its metrics): a turn that keeps at
 most three in flight on its workflow (two long-polls and one batch of child starts) has none;
-one update per child had 19 here, and took twice the wall.
+one update per child had 18–19 here, and took twice the wall.
 """
 
 from __future__ import annotations
