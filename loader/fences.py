@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from dsh.loader.agent import Agent, Idle, PreStep
 from dsh.loader.errors import CheckpointError, DshError
-from dsh.loader.transcripts import condition_agents
 
 if TYPE_CHECKING:
     from dsh.loader.transcripts.fence_schema import Condition, Fence
@@ -277,10 +276,18 @@ def named_agents(specs: Iterable[Fence]) -> set[str]:
     for fence in specs:
         spec = fence.hold or fence.maintenance
         if spec is not None:
-            names.update(key for _, key in condition_agents(spec.until))
+            names.update(_condition_agents(spec.until))
         if fence.maintenance is not None:
             names.add(fence.maintenance.agent)
     return names
+
+
+def _condition_agents(cond: Condition) -> list[str]:
+    """Every agent a condition names (the ones `holds` reads), `all`/`any` included."""
+    if cond.all is not None or cond.any is not None:
+        return [key for sub in (cond.all or []) + (cond.any or []) for key in _condition_agents(sub)]
+    parts = (cond.inbox_accepted, cond.turn_ended, cond.hang_reached, cond.parked, cond.step_reached, cond.settled)
+    return [part.agent for part in parts if part is not None]
 
 
 def _log_maintenance_failure(fut: asyncio.Future[Any]) -> None:

@@ -14,7 +14,7 @@ from dsh.loader.transcripts.placeholders import (
     UnresolvedPlaceholder,
     resolve_placeholders,
 )
-from dsh.loader.transcripts.shapes import ReplyForm, condition_agents
+from dsh.loader.transcripts.shapes import ReplyForm
 
 if TYPE_CHECKING:
     from dsh.loader.transcripts.schema import (
@@ -39,7 +39,6 @@ __all__ = [
     "Transcript",
     "TranscriptSpec",
     "UnresolvedPlaceholder",
-    "condition_agents",
     "format_validation_error",
     "load_transcript",
     "resolve_placeholders",

@@ -70,6 +70,18 @@ async def test_a_reply_starting_many_children_keeps_within_the_servers_in_flight
     assert sorted(notices) == sorted(s["sessionId"] for s in result.subagents)  # each child's notice, once
     assert len(notices) == CHILDREN
     assert refused_updates() == 0  # the server refused no update (a refusal is retried: a stall, not an error)
+    # The root's board poll answers only facts from elsewhere: its own 12 notice facts are not
+    # echoed back (an update each), and no fence reads the children's facts, so none is shipped.
+    names = await update_names(tight_client, result.root_session_id)
+    assert names.count("fence_facts_after") <= 1  # at most the answer at close
+    assert names.count("start_children") < CHILDREN  # batched
+
+
+async def update_names(client: Client, workflow_id: str) -> list[str]:
+    """The name of every update the workflow accepted, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+            for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
 
 
 def refused_updates() -> int:
