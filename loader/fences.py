@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dsh.loader.tree import Tree
     from dsh.loader.models import ReplayProvider
 
-__all__ = ["Fact", "FenceTimeout", "Fences", "unused_fences"]
+__all__ = ["Fact", "FenceTimeout", "Fences", "named_agents", "unused_fences"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,10 @@ class Fences:
             if spec is not None and (spec.agent == key or (spec.agent == "*children" and key != "root")):
                 return True
         return False
+
+    def named(self) -> set[str]:
+        """`named_agents` of these fences."""
+        return named_agents(self.specs)
 
     # -- facts (monotone) -----------------------------------------------------------------
     def _record(self, session_id: str, kind: str, *detail: str | int | None) -> None:
@@ -276,6 +280,28 @@ def unused_fences(specs: list[Fence], engaged: list[bool]) -> list[dict[str, Any
 
 def _matches(turn: int | None, step: int | None, ctx: PreStep) -> bool:
     return (turn is None or turn == ctx.turn) and (step is None or step == ctx.step)
+
+
+def named_agents(specs: Iterable[Fence]) -> set[str]:
+    """The agents whose facts some fence can read: every agent a condition names, and each
+    maintenance's own agent (its `afterTurn`). Facts of any other agent decide nothing, so an
+    engine that ships facts between processes need not ship them (issue 12 item 7)."""
+    names: set[str] = set()
+    for fence in specs:
+        spec = fence.hold or fence.maintenance
+        if spec is not None:
+            names.update(_condition_agents(spec.until))
+        if fence.maintenance is not None:
+            names.add(fence.maintenance.agent)
+    return names
+
+
+def _condition_agents(cond: Condition) -> list[str]:
+    """Every agent a condition names (the ones `holds` reads), `all`/`any` included."""
+    if cond.all is not None or cond.any is not None:
+        return [key for sub in (cond.all or []) + (cond.any or []) for key in _condition_agents(sub)]
+    parts = (cond.inbox_accepted, cond.turn_ended, cond.hang_reached, cond.parked, cond.step_reached, cond.settled)
+    return [part.agent for part in parts if part is not None]
 
 
 def _log_maintenance_failure(fut: asyncio.Future[Any]) -> None:

@@ -2,7 +2,8 @@
 
 Runs each transcript below on a fresh dev server (the venv's `temporal` binary) and writes every
 workflow's history of the tree — the root and each child run — to tests/temporal/histories/
-<transcript>.<n>.json. Rerun after a deliberate, versioned change to workflow code; a change that
+<transcript>.<n>.json. Rerun after a deliberate change to workflow code, old histories replayed first
+(keep them: rename them `v1-*`, `v2-*`, so runs started before the change stay checked); a change that
 makes the committed histories fail to replay is a non-deterministic change and breaks running trees.
 
     python scripts/temporal_histories.py

@@ -23,7 +23,7 @@ from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigError
-from dsh.loader.fences import unused_fences
+from dsh.loader.fences import named_agents, unused_fences
 from dsh.loader.engines.projection import TreeTail
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
@@ -66,6 +66,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
     return RunSpec(
         home=str(Path(request.home).resolve()), root_id=root_id, transcript=str(script.path),
         fences_allowed=request.fences_allowed, fences=request.fences_allowed and bool(script.spec.fences),
+        fence_agents=sorted(named_agents(script.spec.fences)),
         fence_timeout=config.testing.fence_timeout_seconds,
         model="replay", system_prompt=system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,

@@ -43,7 +43,7 @@ from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_hol
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
-from dsh.loader.transcripts import load_transcript
+from dsh.loader.transcripts import Transcript, load_transcript
 from dsh.loader.tree import Tree
 
 __all__ = ["WorkflowLink", "interrupts_in_log", "run_turn"]
@@ -69,20 +69,38 @@ class _Heartbeating:
 
 
 class _Board:
-    """This turn's half of the root's fence board: facts recorded here are published (signals,
-    each tracked until sent), the tree's facts are merged into the local fences as they arrive,
-    for a turn a fence can hold (`Fences.may_wait`); any other turn needs none of them."""
+    """This turn's half of the root's fence board: facts recorded here that a fence can read
+    (`Fences.named`) are published, in batches (one signal in flight, the facts recorded meanwhile
+    go in the next); the tree's facts are merged into the local fences as they arrive, for a turn a
+    fence can hold (`Fences.may_wait`); any other turn needs none of them."""
 
     def __init__(self, fences: Fences, link: WorkflowLink) -> None:
         self.fences = fences
         self.link = link
-        self.sending: set[asyncio.Task[None]] = set()
+        self.named = fences.named()
+        self.queued: list[list[Any]] = []
+        self.sending: asyncio.Task[None] | None = None
         fences.on_fact = self._publish
 
     def _publish(self, fact: Fact) -> None:
-        task = asyncio.ensure_future(self.link.publish_facts([list(fact)]))
-        self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
+        if fact[1] not in self.named:
+            return  # no fence reads this agent's facts
+        self.queued.append(list(fact))
+        if self.sending is None:
+            self.sending = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while self.queued:
+                # --- S-board begin --- (take the batch: no await between the read and the reset)
+                batch, self.queued = self.queued, []
+                # --- S-board end ---
+                try:
+                    await self.link.publish_facts(batch)
+                except Exception as exc:
+                    logger.warning("publishing %d fence facts failed: %r", len(batch), exc)
+        finally:
+            self.sending = None
 
     async def mirror(self) -> None:
         seen = 0
@@ -93,9 +111,8 @@ class _Board:
 
     async def flush(self) -> None:
         """Every fact of this turn is on the board before the turn returns."""
-        for result in await asyncio.gather(*list(self.sending), return_exceptions=True):
-            if isinstance(result, BaseException):
-                logger.warning("publishing a fence fact failed: %r", result)
+        if self.sending is not None:
+            await asyncio.gather(self.sending, return_exceptions=True)
 
 
 async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
@@ -108,10 +125,33 @@ async def _abandon(task: asyncio.Task[None], agent_id: str) -> None:
         logger.warning("a long-poll of %s failed: %r", agent_id, outcome)
 
 
+# Parsed transcripts of this worker process, by (path, mtime, size): every turn of a tree reads the
+# same file, and parsing a 1,000-child fan-out's (~40 ms) was a fifth of each child's worker CPU
+# (issue 12 item 7). The spec is read-only; each turn gets its own ReplayProvider (the cursors).
+_SCRIPTS: dict[tuple[str, int, int], Transcript] = {}
+_SCRIPTS_KEPT = 8
+
+
+def _script(path: Path) -> Transcript:
+    """The parsed transcript, from this process's cache while the file is unchanged."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_transcript(path)  # its typed error
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    script = _SCRIPTS.get(key)
+    if script is None:
+        script = load_transcript(path)
+        if len(_SCRIPTS) >= _SCRIPTS_KEPT:
+            del _SCRIPTS[next(iter(_SCRIPTS))]  # the oldest
+        _SCRIPTS[key] = script
+    return script
+
+
 def _provider(run: RunSpec) -> ReplayProvider:
     if run.transcript is None:
         raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
-    return ReplayProvider(load_transcript(Path(run.transcript)))
+    return ReplayProvider(_script(Path(run.transcript)))
 
 
 async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) -> TurnResult:

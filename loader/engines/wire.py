@@ -61,6 +61,9 @@ class RunSpec:
     transcript: str | None = None  # a transcript's path: the replay provider runs in the activity
     fences_allowed: bool = False
     fences: bool = False  # the transcript has fences and they may run: the root keeps a fact board
+    # The agents a fence condition names (fences.named_agents): only their facts go on the board.
+    # None (a run started before this field): every agent's.
+    fence_agents: list[str] | None = None
     fence_timeout: float = 10.0
     model: str = "replay"
     system_prompt: str = ""

@@ -37,20 +37,37 @@ from dsh.loader.engines.workflow import AgentWorkflow
 __all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
 
 
+# Temporal holds at most 10 updates in flight on one workflow (more are refused, ResourceExhausted,
+# and the client retries them with a backoff of seconds: the ~10 s stalls; issue 12 item 7). A turn
+# keeps its two long-polls and one batch of child starts in flight, and at most this many other
+# updates (send_message, report) on its workflow, so callers from elsewhere (interrupts, `dsh send`,
+# other turns' board polls on the root) keep room.
+OTHER_UPDATES = 4
+
+
 class _Link:
+    """A turn's side of its workflow. Child starts are batched: the first `start_child` goes out
+    at once, the ones asked while a batch is in flight go together in the next (update
+    `start_children`), so a reply of N `subagent` calls costs a few updates, not N."""
+
     def __init__(self, client: Client, handle: WorkflowHandle[AgentWorkflow, TreeResult],
                  root: WorkflowHandle[AgentWorkflow, TreeResult], seq: int) -> None:
         self.client = client
         self.handle = handle
         self.root = root
         self.seq = seq
+        self.source = f"{handle.id}#{seq}"  # this turn, as the fence board knows its facts
+        self._others = asyncio.Semaphore(OTHER_UPDATES)
+        self._starts: list[tuple[StartChild, asyncio.Future[None]]] = []
+        self._starting: asyncio.Task[None] | None = None
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
         return await self.handle.execute_update(
             AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after, interrupts=interrupts))
 
     async def message_child(self, request: MessageChild) -> Answer:
-        return await self.handle.execute_update(AgentWorkflow.message_child, request)
+        async with self._others:
+            return await self.handle.execute_update(AgentWorkflow.message_child, request)
 
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
         return await interrupt_workflow(self.client, self.root.id, target, request)
@@ -60,19 +77,49 @@ class _Link:
         return dict(zip(ids, found, strict=True))
 
     async def start_child(self, request: StartChild) -> None:
-        await self.handle.execute_update(AgentWorkflow.start_child, request)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._starts.append((request, done))
+        if self._starting is None:
+            self._starting = asyncio.create_task(self._send_starts())
+        await done
+
+    async def _send_starts(self) -> None:
+        """Drain the queue, one batch in flight at a time; each caller learns its batch's fate."""
+        try:
+            while self._starts:
+                # --- S-start begin --- (take the batch: no await between the read and the reset)
+                batch, self._starts = self._starts, []
+                # --- S-start end ---
+                try:
+                    await self.handle.execute_update(AgentWorkflow.start_children, [r for r, _ in batch])
+                except BaseException as exc:
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self._starting = None
+            for _, done in self._starts:  # only when this task itself was cancelled
+                done.cancel()
+            self._starts = []
 
     async def report(self, delivery: Delivery) -> None:
-        await self.handle.execute_update(AgentWorkflow.report, delivery)
+        async with self._others:
+            await self.handle.execute_update(AgentWorkflow.report, delivery)
 
     def heartbeat(self) -> None:
         activity.heartbeat()
 
     async def publish_facts(self, facts: list[list[Any]]) -> None:
-        await self.root.signal(AgentWorkflow.fence_facts, facts)
+        await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
 
     async def facts_after(self, after: int) -> list[list[Any]]:
-        return await self.root.execute_update(AgentWorkflow.fence_facts_after, after)
+        return await self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source])
 
 
 class TurnActivities:

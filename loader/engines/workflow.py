@@ -69,6 +69,7 @@ TURN_RETRY = RetryPolicy(maximum_attempts=5)
 class AgentWorkflow:
     def __init__(self) -> None:
         self._deliveries: list[Delivery] = []
+        self._last_waking = -1  # index of the last waking delivery (`_waking`)
         self._handed = 0
         self._turn_seq = -1
         self._ended = 0
@@ -81,6 +82,7 @@ class AgentWorkflow:
         # The fence board (root only, transcripts with fences): every fence fact of the tree, each
         # once, in arrival order; turns mirror it through `fence_facts_after` (README "Fences").
         self._facts: list[list[Any]] = []
+        self._fact_last: dict[str | None, int] = {}  # publisher (a turn's `source`) -> its last fact's index
         self._seen_facts: set[tuple[Any, ...]] = set()
         self._closing = False
         self._interrupts: dict[int, list[InterruptAt]] = {}
@@ -95,7 +97,8 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         self._input = input
-        self._deliveries.extend(input.deliveries)
+        for d in input.deliveries:
+            self._accept(d)
         carried = input.carried or Carried()
         self._parked, self._children = list(carried.parked), list(carried.children)
         self._told_stalled, self._key = carried.told_stalled, carried.agent_key
@@ -199,8 +202,15 @@ class AgentWorkflow:
         self._key = last.agent_key or self._key
         return last
 
+    def _accept(self, delivery: Delivery) -> None:
+        self._deliveries.append(delivery)
+        if delivery.waking:
+            self._last_waking = len(self._deliveries) - 1
+
     def _waking(self) -> bool:
-        return any(d.waking for d in self._deliveries[self._handed:])
+        """A waking delivery is pending. O(1): the wait conditions ask this on every activation,
+        and a fan-out root holds a delivery per child (a scan made each task O(N), issue 12 item 7)."""
+        return self._last_waking >= self._handed
 
     # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
     def _stall_state(self) -> ChildState:
@@ -313,7 +323,7 @@ class AgentWorkflow:
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:
         """A message for this agent from another workflow of the tree (a report, a follow-up)."""
-        self._deliveries.append(delivery)
+        self._accept(delivery)
 
     @workflow.update
     def interrupt(self, request: Interrupt) -> Answer:
@@ -380,17 +390,23 @@ class AgentWorkflow:
         await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
 
     @workflow.signal
-    def fence_facts(self, facts: list[list[Any]]) -> None:
-        """A turn anywhere in the tree recorded these fence facts (root workflow only)."""
+    def fence_facts(self, facts: list[list[Any]], source: str | None = None) -> None:
+        """A turn anywhere in the tree (`source`; None: a workflow) recorded these fence facts
+        (root workflow only)."""
         for fact in facts:
             if tuple(fact) not in self._seen_facts:
                 self._seen_facts.add(tuple(fact))
                 self._facts.append(fact)
+                self._fact_last[source] = len(self._facts) - 1
 
     @workflow.update
-    async def fence_facts_after(self, after: int) -> list[list[Any]]:
-        """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes."""
-        await workflow.wait_condition(lambda: len(self._facts) > after or self._closing)
+    async def fence_facts_after(self, after: int, source: str | None = None) -> list[list[Any]]:
+        """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes.
+        It answers once a fact past `after` comes from elsewhere than the polling turn
+        (`source`): the turn's own facts are in its fences already, and echoing each back would
+        cost an update per fact (Temporal allows 2,000 per run; issue 12 item 7)."""
+        await workflow.wait_condition(
+            lambda: self._closing or any(i >= after for s, i in self._fact_last.items() if s is None or s != source))
         return self._facts[after:]
 
     # -- children ---------------------------------------------------------------------------
@@ -400,6 +416,15 @@ class AgentWorkflow:
         if request.child_id in self._resident:
             return  # a retried turn asked again
         await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
+
+    @workflow.update
+    async def start_children(self, requests: list[StartChild]) -> None:
+        """`subagent` calls of a running turn, batched: one update starts them all (their start
+        commands go out in one workflow task) and returns once every one has started. Temporal
+        holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
+        refused starts at N=300 (issue 12 item 7)."""
+        fresh = [r for r in requests if r.child_id not in self._resident]  # a retried turn asked again
+        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
 
     async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
         assert self._input is not None
@@ -426,10 +451,11 @@ class AgentWorkflow:
         self._engage(result.fences_engaged)
         if result.notice is not None:
             # A closing agent takes the notice as an inject and starts no turn for it (§9.2 step 4).
-            self._deliveries.append(Delivery(result.notice, send="inject" if self._releasing else "notice"))
+            self._accept(Delivery(result.notice, send="inject" if self._releasing else "notice"))
         assert self._input is not None
         run = self._input.run
-        if run.fences and result.agent_key is not None:
+        if run.fences and result.agent_key is not None and (
+                run.fence_agents is None or result.agent_key in run.fence_agents):
             # The fence fact `settled` (after the notice, as the local settlement edge): recorded
             # before this child stops being resident, so the tree cannot close without it.
             fact: list[Any] = ["settled", result.agent_key, result.epoch or 0]

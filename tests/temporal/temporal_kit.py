@@ -54,10 +54,11 @@ def temporal_binary() -> str:
 
 
 @asynccontextmanager
-async def dev_server() -> AsyncIterator[Client]:
+async def dev_server(*extra_args: str) -> AsyncIterator[Client]:
+    """`extra_args`: more `temporal server start-dev` flags (e.g. `--dynamic-config-value K=V`)."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=["--headless"],
+        dev_server_extra_args=["--headless", *extra_args],
     )
     try:
         yield env.client

@@ -49,7 +49,7 @@ name: worker-killed-mid-turn
 task: Start a worker that reports twice, then note its settlement.
 overlays: [quiet-reports]
 fences:
-  - hold: {agent: w, step: 2, until: {inboxAccepted: {agent: w, count: 2}}}
+  - hold: {agent: w, step: 2, until: {all: [{inboxAccepted: {agent: w, count: 2}}, {turnEnded: {agent: root, turn: 1}}]}}
 agents:
   root:
     replies:
@@ -65,7 +65,9 @@ agents:
 """
 # The fault lands in w's turn 1, held before step 2, after its first report went out. The retry
 # continues that cut-off turn as turn 2 (the continuation is the second accepted message), whose
-# step 2 the same fence lets through: the fence engages in the turn that returns.
+# step 2 the same fence lets through: the fence engages in the turn that returns. The fence names
+# root's turn 1 as well (ended long before) so that both agents' facts go on the board, which
+# carries only the facts of agents a fence names: `until_held` reads them there.
 
 
 class Run:

@@ -369,9 +369,13 @@ class BoardLink(RecordingLink):
         return []
 
 
-async def test_only_a_turn_a_fence_can_hold_mirrors_the_board_and_every_turn_publishes(tmp_path: Path) -> None:
-    # background-settlement holds root step 2 only: the child's turn needs no other agent's facts,
-    # so it mirrors none (each mirror answer would be recorded in the root's history, issue 12).
+async def test_only_a_turn_a_fence_can_hold_mirrors_the_board_and_only_named_agents_facts_are_published(
+    tmp_path: Path,
+) -> None:
+    # background-settlement holds root step 2 only, until root's inbox accepted the notice: the
+    # child's turn needs no other agent's facts, so it mirrors none (each mirror answer would be
+    # recorded in the root's history, issue 12), and no fence reads the child's facts, so it
+    # publishes none; the root's turn publishes its own.
     from dataclasses import replace
 
     base = root_turn(tmp_path, "background-settlement", "Start it.")
@@ -385,10 +389,11 @@ async def test_only_a_turn_a_fence_can_hold_mirrors_the_board_and_every_turn_pub
     result = await run_turn(TurnInput(agent=child, deliveries=[prompt], offset=0), link)
     assert (result.stop_reason, result.agent_key, result.violations) == ("completed", "child", [])
     assert link.mirrored == []
-    assert ["turnEnded", "child", 1] in link.published
+    assert link.published == []
     # The root, which the fence holds at step 2, mirrors from the board's start; with no notice on
     # the board its hold times out (0.2 s), which only shows it waited.
     root_link = BoardLink()
     root = await run_turn(replace(base, agent=replace(base.agent, run=run)), root_link)
     assert root_link.mirrored == [0]
     assert [v["code"] for v in root.violations] == ["FENCE_TIMEOUT"]
+    assert ["step", "root", 1, 1] in root_link.published and all(f[1] == "root" for f in root_link.published)

@@ -1,0 +1,107 @@
+"""The fan-out at scale on Temporal (issue 12 item 7): what one root workflow spends per child.
+
+Temporal refuses an 11th update in flight on one workflow (ResourceExhausted; the client retries it
+with a backoff of seconds) and allows 2,000 per run. A root whose reply starts many children used to
+send one `start_child` update each, all at once, beside its two long-polls: past the limit, the
+starts stalled for seconds or failed (the ~10 s stalls; N=300 hung). Here the server's limit is 3,
+and the test reads the server's own count of refused updates (its metrics): a turn that keeps at
+most three in flight on its workflow (two long-polls and one batch of child starts) has none;
+one update per child had 18–19 here, and took twice the wall.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporal_kit import dev_server, run_temporal
+from temporalio.client import Client
+
+from dsh.loader.session import SessionStore
+from dsh.loader.testing.runner import plan_flow
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+METRICS_PORT = free_port()
+CHILDREN = 12  # more than max_parallel_tool_calls (10): two rounds of starts, each more than 3
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tight_client() -> AsyncIterator[Client]:
+    async with dev_server("--dynamic-config-value", "history.maxInFlightUpdates=3",
+                          "--metrics-port", str(METRICS_PORT)) as c:
+        yield c
+
+
+def fanout(n: int) -> dict[str, Any]:
+    """benchmarks/fanout.py's transcript: N children in one reply, root held until N notices."""
+    calls = [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": f"Reply with W{i}."}}
+             for i in range(1, n + 1)]
+    agents: dict[str, Any] = {"root": {"replies": [{"toolCalls": calls}, {"text": "STARTED"}, {"text": "ALL"}]}}
+    agents.update({f"w{i}": {"spawnedBy": f"c{i}", "replies": [{"text": f"W{i}_DONE"}]} for i in range(1, n + 1)})
+    fence = {"hold": {"agent": "root", "turn": 1, "step": 2,
+                      "until": {"inboxAccepted": {"agent": "root", "kind": "subagent-settled", "count": n}}}}
+    return {"version": 1, "name": f"fanout-{n}", "task": "fan out", "fences": [fence], "agents": agents}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_reply_starting_many_children_keeps_within_the_servers_in_flight_update_limit(
+    tight_client: Client, tmp_path: Path
+) -> None:
+    script = tmp_path / "fanout.yaml"
+    script.write_text(json.dumps(fanout(CHILDREN)))
+    run = await run_temporal(tight_client, plan_flow(script), tmp_path / "home")
+    result = run.result
+    assert (result.stop_reason, result.output, result.violations, result.exit_code) == ("completed", "ALL", [], 0)
+    root = SessionStore(tmp_path / "home").read(result.root_session_id)
+    notices = [m["source"]["senderSessionId"] for e in root.events if e["type"] == "agent/inbox/spliced"
+               for m in e["data"].get("inserted") or [] if m["source"]["kind"] == "subagent-settled"]
+    assert sorted(notices) == sorted(s["sessionId"] for s in result.subagents)  # each child's notice, once
+    assert len(notices) == CHILDREN
+    assert refused_updates() == 0  # the server refused no update (a refusal is retried: a stall, not an error)
+    # The root's board poll answers only facts from elsewhere: its own 12 notice facts are not
+    # echoed back (an update each), and no fence reads the children's facts, so none is shipped.
+    names = await update_names(tight_client, result.root_session_id)
+    assert names.count("fence_facts_after") <= 1  # at most the answer at close
+    assert names.count("start_children") < CHILDREN  # batched
+
+
+async def update_names(client: Client, workflow_id: str) -> list[str]:
+    """The name of every update the workflow accepted, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+            for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+
+
+def refused_updates() -> int:
+    """The dev server's own count of updates it refused for a concurrency limit (its metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics") as page:
+        text = page.read().decode()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("service_errors_resource_exhausted{") and 'operation="UpdateWorkflowExecution"' in line
+               and 'service_name="frontend"' in line)
+
+
+def test_a_worker_parses_a_transcript_once_while_its_file_is_unchanged(tmp_path: Path) -> None:
+    # Every turn of a tree reads the same transcript; at N=1,000 each parse cost ~40 ms of a
+    # child's worker CPU. An edited file is parsed again (mtime and size are the key).
+    from dsh.loader.engines.turn import _script
+
+    script = tmp_path / "fanout.yaml"
+    script.write_text(json.dumps(fanout(3)))
+    first = _script(script)
+    assert _script(script) is first
+    script.write_text(json.dumps(fanout(4)))
+    again = _script(script)
+    assert again is not first and len(again.spec.agents) == 5
