@@ -39,7 +39,7 @@ version: 1
 name: interrupt-while-dead
 task: Start a worker and note how it ends.
 fences:
-  - hold: {agent: w, step: 1, until: {turnEnded: {agent: w, turn: 3}}}
+  - hold: {agent: w, step: 1, until: {all: [{turnEnded: {agent: w, turn: 3}}, {turnEnded: {agent: root, turn: 1}}]}}
 agents:
   root:
     replies:
@@ -53,6 +53,10 @@ agents:
       - text: GO_ON_OK
       - text: FINISH_OK
 """
+
+
+# The fence names root's turn 1 as well (it ends long before w's turn 3) so that root's facts go on
+# the board, which carries only the facts of agents a fence names: `board_holds` reads them there.
 
 
 async def board_holds(client: Client, root_id: str, wanted: list[list[Any]]) -> None:
