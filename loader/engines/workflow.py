@@ -1,7 +1,8 @@
 """The agent workflow (loader/engines/README.md): one run per root tree or per child epoch.
 
 Workflow code: deterministic bookkeeping only, no I/O, no clock, no dsh runtime import (the sandbox
-re-imports this module; `wire` is passed through). The turns themselves run in the `dsh.turn`
+re-imports this module; `wire` is passed through, and `RunBudget`, plain counting, for the tree's
+run budget the root keeps: update `charge`). The turns themselves run in the `dsh.turn`
 activity (turn.py), which reaches back here through the two updates.
 
 Invariants:
@@ -35,6 +36,8 @@ with workflow.unsafe.imports_passed_through():
         TURN_TIMEOUT,
         Answer,
         Carried,
+        Charge,
+        Charged,
         ChildRef,
         ChildState,
         Delivery,
@@ -53,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         agent_workflow_id,
         child_workflow_id,
     )
+    from dsh.loader.models.budget import RunBudget, RunLimits
 
 __all__ = ["AgentWorkflow"]
 
@@ -90,10 +94,12 @@ class AgentWorkflow:
         self._releasing = False
         self._released: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
+        self._budget = RunBudget()  # the root: the tree's run budget (update `charge`)
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         self._input = input
+        self._budget = RunBudget(RunLimits(input.run.max_children, input.run.max_requests, input.run.max_tokens_total))
         self._deliveries.extend(input.deliveries)
         carried = input.carried or Carried()
         self._parked, self._children = list(carried.parked), list(carried.children)
@@ -141,6 +147,7 @@ class AgentWorkflow:
             agent_key=self._key,
             epoch=input.epoch,
             released=sorted(self._released),
+            budget=self._budget.summary() if input.parent_id is None else {},
         )
 
     # -- continue-as-new (issue 12 item 2) --------------------------------------------------
@@ -379,6 +386,15 @@ class AgentWorkflow:
         """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes."""
         await workflow.wait_condition(lambda: len(self._facts) > after or self._closing)
         return self._facts[after:]
+
+    @workflow.update
+    def charge(self, charge: Charge) -> Charged:
+        """The tree's run budget (root only): every turn of the tree, on any worker, charges its
+        spawns, model requests and tokens here, so the limits hold tree-wide as in one process."""
+        if charge.kind == "tokens":
+            self._budget.tokens += charge.tokens
+            return Charged()
+        return Charged(refused=self._budget.count(charge.kind))
 
     # -- children ---------------------------------------------------------------------------
     @workflow.update
