@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from dsh.loader.engines.backends import resume_check
@@ -69,7 +71,7 @@ class _Link:
         return dict(zip(ids, found, strict=True))
 
     async def start_child(self, request: StartChild) -> None:
-        await self.handle.execute_update(AgentWorkflow.start_child, request)
+        await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_child, request))
 
     async def report(self, delivery: Delivery) -> None:
         await self.handle.execute_update(AgentWorkflow.report, delivery)
@@ -84,7 +86,29 @@ class _Link:
         return await self.root.execute_update(AgentWorkflow.fence_facts_after, after)
 
     async def charge(self, charge: Charge) -> Charged:
-        return await self.root.execute_update(AgentWorkflow.charge, charge)
+        if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
+            await self.root.signal(AgentWorkflow.spent, charge.tokens)
+            return Charged()
+        return await _pressed(lambda: self.root.execute_update(AgentWorkflow.charge, charge))
+
+
+_T = TypeVar("_T")
+
+
+async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
+    """An update the server refuses for backpressure (RESOURCE_EXHAUSTED: a workflow admits only
+    so many in-flight updates, 10 on the dev server, and a fan-out's turns all charge the root) is
+    sent again after a capped, jittered backoff. Flow control, not an ordering: the update is
+    refused before the workflow sees it, so sending it again is its first delivery."""
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                raise
+        await asyncio.sleep(random.uniform(0.0, delay))
+        delay = min(2 * delay, 2.0)
 
 
 class TurnActivities:

@@ -390,11 +390,16 @@ class AgentWorkflow:
     @workflow.update
     def charge(self, charge: Charge) -> Charged:
         """The tree's run budget (root only): every turn of the tree, on any worker, charges its
-        spawns, model requests and tokens here, so the limits hold tree-wide as in one process."""
+        spawns and model requests here, so the limits hold tree-wide as in one process."""
         if charge.kind == "tokens":
-            self._budget.tokens += charge.tokens
+            self.spent(charge.tokens)
             return Charged()
         return Charged(refused=self._budget.count(charge.kind))
+
+    @workflow.signal
+    def spent(self, tokens: int) -> None:
+        """A reply's tokens, charged to the tree's budget (root only; no answer, so a signal)."""
+        self._budget.tokens += tokens
 
     # -- children ---------------------------------------------------------------------------
     @workflow.update
