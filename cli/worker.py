@@ -1,7 +1,8 @@
 """`dsh worker` (issue 12 item 3): serve `engine: temporal` trees from this machine.
 
 Reads `temporal.address`, `temporal.namespace` and `temporal.taskQueue` from the composed
-configuration (profile, overlays, `DSH_TEMPORAL__*`). Runs until SIGINT or SIGTERM, then lets the
+configuration (profile, overlays, `DSH_TEMPORAL__*`), and `model.*` for live (untranscribed) runs:
+the worker reads the key from its own environment (the variable `model.apiKeyEnv` names). Runs until SIGINT or SIGTERM, then lets the
 SDK finish in-flight tasks. Needs the `temporal` extra; temporalio is imported here, never by
 `dsh run` on the local engine.
 """
@@ -46,7 +47,7 @@ def worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         client = await connect(temporal.address, temporal.namespace)
-        await run_worker(client, [temporal.task_queue], stop)
+        await run_worker(client, [temporal.task_queue], stop, model=config.model)  # its own model and key
 
     try:
         asyncio.run(main())

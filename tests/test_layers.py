@@ -143,7 +143,9 @@ def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():
            if ENGINE_RANKS[target] >= ENGINE_RANKS[name]]
     assert bad == []
     workflow = [m for _, m in imports_of(ROOT / "loader" / "engines" / "workflow.py") if m.startswith("dsh.")]
-    assert workflow == ["dsh.loader.engines.wire"]
+    # And `RunBudget`: plain counting, no I/O, no clock, so the root workflow keeps the tree's run
+    # budget with the local engine's own check-and-count (loader/engines/README.md "Run budgets").
+    assert workflow == ["dsh.loader.engines.wire", "dsh.loader.models.budget"]
 
 
 # Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter

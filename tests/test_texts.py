@@ -234,7 +234,8 @@ ISSUE_11_TEXTS = {
 
 # Issue 12 (the Temporal engine, first slice): our wording.
 ISSUE_12_TEXTS = {
-    "T-ENGINE-REPLAY-ONLY": "the Temporal engine runs transcripts only for now; give --transcript NAME",
+    "T-ENGINE-REPLAY-ONLY": "the Temporal engine cannot carry an in-process provider to its workers; use the configured model or --transcript NAME",
+    "T-ENGINE-NO-LIVE": "this worker has no live model settings; start it with `dsh worker` (its model.* configuration and key)",
     "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
     "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
     "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",

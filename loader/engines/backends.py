@@ -20,6 +20,8 @@ from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, Message, user_message
 from dsh.loader.engines.wire import (
     Answer,
+    Charge,
+    Charged,
     Delivery,
     Interrupt,
     MessageChild,
@@ -53,6 +55,8 @@ class WorkflowLink(Protocol):
     # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
     async def publish_facts(self, facts: list[list[Any]]) -> None: ...
     async def facts_after(self, after: int) -> list[list[Any]]: ...
+    # The tree's run budget, kept by the root workflow: a spawn, a model request or a reply's tokens.
+    async def charge(self, charge: Charge) -> Charged: ...
 
 
 def plain(message: Message) -> dict[str, Any]:

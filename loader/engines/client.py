@@ -3,7 +3,9 @@
 The result is built as `run_tree` builds it (§7.4, §17.3) from what the root workflow returns, plus
 the end-of-run checks that need the whole tree: REPLAY_UNCONSUMED from the final logs (a fresh
 replay provider resumed over every session of the tree) and FENCE_UNUSED from the fences the turn
-activities report engaged.
+activities report engaged. The run budget (`budget`, BUDGET_EXHAUSTED, exit 1) is the root
+workflow's. Without a transcript the workers' live providers run the tree: this process reads no
+key and sends none (loader/engines/README.md "Live providers").
 """
 
 from __future__ import annotations
@@ -13,21 +15,23 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from dsh.loader.agent import user_message
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
-from dsh.loader.errors import ConfigError
+from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences
 from dsh.loader.engines.projection import TreeTail
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
-from dsh.loader.models import ModelProvider, ReplayProvider
+from dsh.loader.models import FunctionInfo, FunctionProvider, FunctionReply, ModelProvider, ModelRequest, ReplayProvider
+from dsh.loader.models.budget import RunBudget, RunLimits
 from dsh.loader.ndjson import parked_entry, record
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
@@ -60,32 +64,38 @@ async def connect(address: str, namespace: str) -> Client:
 
 def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_seconds: float = 60.0) -> RunSpec:
     config = request.config
-    script = request.transcript
-    if script is None or request.provider is not None:
-        raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
+    script = refuse(request)
+    limits = config.limits
     return RunSpec(
-        home=str(Path(request.home).resolve()), root_id=root_id, transcript=str(script.path),
-        fences_allowed=request.fences_allowed, fences=request.fences_allowed and bool(script.spec.fences),
-        fence_agents=sorted(named_agents(script.spec.fences)),
+        home=str(Path(request.home).resolve()), root_id=root_id,
+        transcript=str(script.path) if script is not None else None,
+        fences_allowed=request.fences_allowed, fences=request.fences_allowed and script is not None and bool(script.spec.fences),
+        fence_agents=sorted(named_agents(script.spec.fences)) if script is not None else [],
         fence_timeout=config.testing.fence_timeout_seconds,
-        model="replay", system_prompt=system_prompt(config),
+        model="replay" if script is not None else config.model.model, system_prompt=system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
         max_steps_per_turn=config.agent.max_steps_per_turn, max_tokens=config.model.max_tokens,
         temperature=config.model.temperature, max_depth=config.subagents.max_depth,
         report_delivery=config.subagents.report_delivery, batch_delay_ms=config.persistence.batch_delay_ms,
         fsync=config.persistence.fsync, task_queue=task_queue, parked=config.run.parked,
         continue_as_new_after=config.temporal.continue_as_new_after, heartbeat_seconds=heartbeat_seconds,
+        max_children=limits.max_children, max_requests=limits.max_requests, max_tokens_total=limits.max_tokens,
     )
 
 
-def refuse(request: RunRequest) -> Transcript:
-    """What this engine cannot run yet, refused before anything starts (not ignored); the script."""
+def refuse(request: RunRequest) -> Transcript | None:
+    """What this engine cannot run, refused before anything starts (not ignored); the script, or
+    None for a live run (the workers' providers)."""
     for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
         if given is not None:  # refused, not ignored: each is a later slice
             raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
     script = request.transcript
-    if script is None or request.provider is not None:
+    if request.provider is not None:  # an in-process object cannot cross to a worker
         raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
+    if script is None:
+        if request.config.model.provider == "replay":  # as run_tree says it
+            raise ConfigError("model.provider is replay, which needs --transcript", code="CONFIG_INVALID")
+        return None
     if script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
     return script
@@ -94,7 +104,7 @@ def refuse(request: RunRequest) -> Transcript:
 async def submit(client: Client, request: RunRequest, task_queue: str, root_id: str | None = None) -> TreeResult:
     """Start the root workflow (id = root session id) with the task and wait for its result."""
     script = refuse(request)
-    task = request.task if request.task is not None else script.task
+    task = request.task if request.task is not None or script is None else script.task
     if task is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
     root_id = root_id or new_root_id()
@@ -104,7 +114,21 @@ async def submit(client: Client, request: RunRequest, task_queue: str, root_id: 
     handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
     if request.sinks.on_started is not None:
         request.sinks.on_started(root_id)  # as run_tree: who waits for the run learns its root
-    return await handle.result()
+    try:
+        return await handle.result()
+    except WorkflowFailureError as exc:
+        raise _config_failure(exc) or exc
+
+
+def _config_failure(exc: WorkflowFailureError) -> ConfigError | None:
+    """A worker's configuration refused a turn (worker.py: MISSING_API_KEY, non-retryable): the
+    local engine's typed error (exit 2), with the worker's message."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type in get_args(ConfigCode):
+            return ConfigError(cause.message, code=cause.type)  # type: ignore[arg-type]
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return None
 
 
 async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None,
@@ -122,8 +146,9 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
     sinks = request.sinks
     tail = TreeTail(Path(request.home), root_id, sinks)
     if sinks.records is not None:
-        replay = ReplayProvider(script)
-        sinks.records.init(init_record(request, replay, "replay", root_id, root_tool_names(request, replay)))
+        shown = ReplayProvider(script) if script is not None else _NOT_HERE
+        model = "replay" if script is not None else request.config.model.model
+        sinks.records.init(init_record(request, shown, model, root_id, root_tool_names(request, shown)))
     run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
     stall = StallWatch(client, request, root_id, tail) if request.config.run.parked == "wait" else None
     try:
@@ -139,22 +164,31 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         run.cancel()
     tail.poll()
     violations = list(result.violations)
-    violations += await asyncio.to_thread(_unconsumed, script, Path(request.home), result.session_id)
-    violations += unused_fences(list(script.spec.fences), result.fences_engaged)
+    if script is not None:
+        violations += await asyncio.to_thread(_unconsumed, script, Path(request.home), result.session_id)
+        violations += unused_fences(list(script.spec.fences), result.fences_engaged)
     error = result.error
+    exhausted = result.budget.get("exhausted")
+    if exhausted is not None:  # as run_tree: warned, the error when none other, exit 1
+        _warn(request, render("T-CLI-BUDGET", kind=exhausted))
+        if error is None:
+            limits = request.config.limits
+            message = RunBudget(RunLimits(limits.max_children, limits.max_requests, limits.max_tokens)).refusal(exhausted)
+            error = {"code": "BUDGET_EXHAUSTED", "message": message.message}
     if error is None and violations:
         error = {"code": violations[0]["code"], "message": violations[0].get("message", "")}
     return RunResult(
         root_session_id=result.session_id,
         stop_reason=result.stop_reason,
-        exit_code=exit_code_for(result.stop_reason, violations),
+        exit_code=exit_code_for(result.stop_reason, violations, exhausted is not None),
         output=result.output,
         usage=tail.total_usage(),
         violations=violations,
         error=error,
         subagents=tail.subagents(),
-        model="replay",
+        model="replay" if script is not None else request.config.model.model,
         released=list(result.released),
+        budget=dict(result.budget),
         num_turns=tail.root_turns(),
         duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
@@ -204,6 +238,21 @@ class StallWatch:
             sinks.records.emit(record("waiting", rootSessionId=self.root_id, parked=entries))
         if sinks.on_waiting is not None:
             sinks.on_waiting(entries)
+
+
+def _warn(request: RunRequest, text: str) -> None:
+    if request.sinks.on_warning is not None:
+        request.sinks.on_warning(text)
+    else:
+        logger.warning("%s", text)
+
+
+def _not_here(request: ModelRequest, info: FunctionInfo) -> FunctionReply:
+    raise AssertionError("the client runs no model: the workers' providers do")
+
+
+# The submitter's stand-in for the workers' live providers: `init` and the root's tool names only.
+_NOT_HERE = FunctionProvider(_not_here, name="openai-compatible")
 
 
 def root_tool_names(request: RunRequest, provider: ModelProvider) -> list[str]:

@@ -19,24 +19,39 @@ Invariants:
   a dead attempt applied (`interrupts_in_log`); a retry does not apply those again, and the work
   the last of them parked stays parked. One that the log does not show was not applied (its
   aborted `turn/end` is not durable: the log is in order), so the retry applies it.
+- without a transcript the provider is the worker's own live one (`LiveModel`: its `model.*`
+  settings, the key from its environment): no key is in any input, result or heartbeat;
+- every spawn, model request and reply's tokens are charged to the tree's budget in the root
+  workflow (`TreeBudget`), so `limits.*` hold tree-wide as on the local engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
-from dsh.loader.engines.wire import Delivery, InterruptAt, PollReply, RunSpec, TreeInput, TurnInput, TurnResult
+from dsh.loader.engines.wire import (
+    Charge,
+    Delivery,
+    InterruptAt,
+    PollReply,
+    RunSpec,
+    TreeInput,
+    TurnInput,
+    TurnResult,
+)
 from dsh.loader.errors import ConfigError
 from dsh.loader.fences import Fact, Fences
-from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider
+from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider, Usage
+from dsh.loader.models.budget import RunBudget, RunLimits
 from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
 from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_holds_message
@@ -46,7 +61,10 @@ from dsh.loader.texts import render
 from dsh.loader.transcripts import Transcript, load_transcript
 from dsh.loader.tree import Tree
 
-__all__ = ["WorkflowLink", "interrupts_in_log", "run_turn"]
+if TYPE_CHECKING:
+    from dsh.loader.models.openai import ModelSettings
+
+__all__ = ["LiveModel", "TreeBudget", "WorkflowLink", "interrupts_in_log", "run_turn"]
 
 logger = logging.getLogger(__name__)
 
@@ -148,13 +166,52 @@ def _script(path: Path) -> Transcript:
     return script
 
 
-def _provider(run: RunSpec) -> ReplayProvider:
-    if run.transcript is None:
-        raise ConfigError(render("T-ENGINE-REPLAY-ONLY"), code="CONFIG_INVALID")
-    return ReplayProvider(_script(Path(run.transcript)))
+@dataclass(frozen=True)
+class LiveModel:
+    """The worker's own live provider: its `model.*` settings (endpoint, key variable, timeouts,
+    retries) and its environment, where the key is read. The run names only the model."""
+
+    settings: ModelSettings
+    environ: Mapping[str, str]
 
 
-async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) -> TurnResult:
+class TreeBudget(RunBudget):
+    """The tree's run budget on Temporal: one tree's turns run in many activities, so every charge
+    goes to the one `RunBudget` the root workflow keeps (update `charge`), and a refusal raises
+    here the error the local budget raises (same code and text)."""
+
+    def __init__(self, link: WorkflowLink, limits: RunLimits) -> None:
+        super().__init__(limits)
+        self.link = link
+
+    async def charge_child(self) -> None:
+        await self._charge(Charge(kind="children"))
+
+    async def charge_request(self) -> None:
+        await self._charge(Charge(kind="requests"))
+
+    async def charge_usage(self, usage: Usage) -> None:
+        await self._charge(Charge(kind="tokens", tokens=usage.input_tokens + usage.output_tokens))
+
+    async def _charge(self, charge: Charge) -> None:
+        answer = await self.link.charge(charge)
+        if answer.refused is not None:
+            raise self.refusal(answer.refused)
+
+
+def _provider(run: RunSpec, live: LiveModel | None) -> ModelProvider:
+    """The transcript's replay provider, else the worker's live one (a missing key is the local
+    engine's MISSING_API_KEY, named by variable, raised before the turn writes anything)."""
+    if run.transcript is not None:
+        return ReplayProvider(_script(Path(run.transcript)))
+    if live is None:
+        raise ConfigError(render("T-ENGINE-NO-LIVE"), code="CONFIG_INVALID")
+    from dsh.loader.models import OpenAICompatibleProvider
+
+    return OpenAICompatibleProvider.from_env(live.settings, live.environ)
+
+
+async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, live: LiveModel | None = None) -> TurnResult:
     """The `dsh.turn` activity's body: run the agent from these deliveries until it is idle.
 
     `retry`: this is not the activity's first attempt (its worker died). Only then does work the
@@ -163,7 +220,8 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
     closing parent so)."""
     who = spec.agent
     run = who.run
-    provider = _provider(run)
+    provider = _provider(run, live)
+    replay = provider if isinstance(provider, ReplayProvider) else None
     manager_config = ManagerConfig(max_depth=run.max_depth, report_delivery=run.report_delivery,  # type: ignore[arg-type]
                                    model=run.model)
     tree = Tree(
@@ -176,19 +234,25 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
         manager_config=manager_config,
         batch_delay_ms=run.batch_delay_ms,
         fsync=run.fsync,
-        inline_io=True,  # replay: the order is the transcript's alone (SPEC §26 item 1)
+        inline_io=replay is not None,  # replay: the order is the transcript's alone (SPEC §26 item 1)
+        budget=TreeBudget(link, RunLimits(run.max_children, run.max_requests, run.max_tokens_total)),
     )
     # Before any agent is made (tools_for reads it): the backend creates child sessions in this store.
-    tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store, bind=provider.bind_child)
+    tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store,
+                                         bind=replay.bind_child if replay is not None else None)
     fences: Fences | None = None
-    script = provider.transcript
-    if script.spec.fences and run.fences_allowed:
-        fences = Fences(list(script.spec.fences), tree=tree, replay=provider, timeout=run.fence_timeout)
+    if replay is not None and replay.transcript.spec.fences and run.fences_allowed:
+        fences = Fences(list(replay.transcript.spec.fences), tree=tree, replay=replay, timeout=run.fence_timeout)
         fences.install()
     tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
-    agent = await _open_agent(tree, provider, who)
+    try:
+        agent = await _open_agent(tree, replay, who)
+    except BaseException:
+        await provider.aclose()
+        raise
     for child in spec.children:  # `{{child:...}}` of the children this workflow run started
-        provider.bind_child(child.child_id, child.descriptor)
+        if replay is not None:
+            replay.bind_child(child.child_id, child.descriptor)
     taken = 0
     applied = 0  # interrupts of this turn applied (Poll.interrupts)
     waking = set(spec.parked)
@@ -232,7 +296,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
     board = _Board(fences, link) if fences is not None and run.fences else None
     pollers: list[asyncio.Task[None]] = []
     try:
-        if board is not None and board.fences.may_wait(provider.agent_key_of(agent.id)):
+        if board is not None and replay is not None and board.fences.may_wait(replay.agent_key_of(agent.id)):
             pollers.append(asyncio.create_task(board.mirror(), name=f"board:{agent.id}"))
         if spec.release:
             # The tree releases this child (drain, §17.2): the disposal's cancel first, clearing its
@@ -265,11 +329,15 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False) 
             if fences is not None:
                 fences.release()
         finally:
-            await agent.dispose(keep_inbox=True)  # queued (parked) work stays for the next turn
+            try:
+                await agent.dispose(keep_inbox=True)  # queued (parked) work stays for the next turn
+            finally:
+                await provider.aclose()
     result = _result(agent.session, who, taken)
     result.parked = [] if spec.release else parked
-    result.agent_key = provider.agent_key_of(agent.id)
-    result.violations = [dict(v) for v in provider.violations]
+    if replay is not None:
+        result.agent_key = replay.agent_key_of(agent.id)
+        result.violations = [dict(v) for v in replay.violations]
     if fences is not None:
         result.violations += fences.violations
         result.fences_engaged = list(fences.engaged)
@@ -298,7 +366,7 @@ def interrupts_in_log(events: list[Any], slice_ids: set[str]) -> tuple[int, bool
     return held, last
 
 
-async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> Agent:
+async def _open_agent(tree: Tree, replay: ReplayProvider | None, who: TreeInput) -> Agent:
     """The session as the local engine would have made it (Tree.create_root, ChildAgents.create)."""
     store = tree.store
     if not store.exists(who.session_id):
@@ -308,7 +376,8 @@ async def _open_agent(tree: Tree, provider: ReplayProvider, who: TreeInput) -> A
         session = await store.create(header)
     else:
         session = await store.load(who.session_id)
-    provider.resume_session(who.session_id, who.descriptor, session.events)
+    if replay is not None:
+        replay.resume_session(who.session_id, who.descriptor, session.events)
     agent = tree.make_agent(session, "root" if who.parent_id is None else "continuable")
     # Descriptor first (§8.2); also when a worker died between creating the log and this append.
     if who.descriptor is not None and not any(e["type"] == "subagent/descriptor" for e in session.events):

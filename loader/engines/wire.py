@@ -15,6 +15,8 @@ __all__ = [
     "AgentView",
     "Answer",
     "Carried",
+    "Charge",
+    "Charged",
     "ChildRef",
     "ChildState",
     "Interrupt",
@@ -79,6 +81,11 @@ class RunSpec:
     parked: str = "wait"  # run.parked (SPEC §17.2): what a stalled tree does, `wait` or `release`
     continue_as_new_after: int | None = None  # temporal.continueAsNewAfter: history events per run
     heartbeat_seconds: float = HEARTBEAT_TIMEOUT.total_seconds()  # temporal.heartbeatTimeoutSeconds
+    # No transcript: the worker's live provider (its own model.* settings and key; README "Live
+    # providers"). Only the model's name crosses the wire, never an endpoint's key.
+    max_children: int = 200  # limits.*: the tree's run budget, kept by the root workflow
+    max_requests: int = 2_000
+    max_tokens_total: int = 2_000_000
 
 
 @dataclass
@@ -268,6 +275,22 @@ class TurnResult:
 
 
 @dataclass
+class Charge:
+    """A turn charges the tree's run budget (update `charge` on the root workflow): one spawn
+    (`children`), one model request (`requests`) or a reply's `tokens`."""
+
+    kind: Literal["children", "requests", "tokens"]
+    tokens: int = 0
+
+
+@dataclass
+class Charged:
+    """The root's answer: `refused` names the exhausted kind (the charge was not counted)."""
+
+    refused: Literal["children", "requests", "tokens"] | None = None
+
+
+@dataclass
 class TreeResult:
     """A workflow run's result. For a child it is the settlement notice (issue 12 item 2)."""
 
@@ -281,3 +304,4 @@ class TreeResult:
     agent_key: str | None = None
     epoch: int | None = None
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
+    budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree

@@ -7,19 +7,26 @@ workflow that runs the turn, and the activity heartbeat.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+import os
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
 from dsh.loader.engines.control import interrupt_workflow, workflow_status
-from dsh.loader.engines.turn import run_turn
+from dsh.loader.config import ModelConfig
+from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
     Answer,
+    Charge,
+    Charged,
     Delivery,
     Interrupt,
     MessageChild,
@@ -33,6 +40,10 @@ from dsh.loader.engines.wire import (
     TurnResult,
 )
 from dsh.loader.engines.workflow import AgentWorkflow
+from dsh.loader.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dsh.loader.models.openai import ModelSettings
 
 __all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
 
@@ -91,7 +102,7 @@ class _Link:
                 batch, self._starts = self._starts, []
                 # --- S-start end ---
                 try:
-                    await self.handle.execute_update(AgentWorkflow.start_children, [r for r, _ in batch])
+                    await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, [r for r, _ in batch]))
                 except BaseException as exc:
                     for _, done in batch:
                         if not done.done():
@@ -121,12 +132,39 @@ class _Link:
     async def facts_after(self, after: int) -> list[list[Any]]:
         return await self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source])
 
+    async def charge(self, charge: Charge) -> Charged:
+        if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
+            await self.root.signal(AgentWorkflow.spent, charge.tokens)
+            return Charged()
+        return await _pressed(lambda: self.root.execute_update(AgentWorkflow.charge, charge))
+
+
+_T = TypeVar("_T")
+
+
+async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
+    """An update the server refuses for backpressure (RESOURCE_EXHAUSTED: a workflow admits only
+    so many in-flight updates, 10 on the dev server, and a fan-out's turns all charge the root) is
+    sent again after a capped, jittered backoff. Flow control, not an ordering: the update is
+    refused before the workflow sees it, so sending it again is its first delivery."""
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                raise
+        await asyncio.sleep(random.uniform(0.0, delay))
+        delay = min(2 * delay, 2.0)
+
 
 class TurnActivities:
-    """The activity needs the client to reach its own workflow, so it is a bound method."""
+    """The activity needs the client to reach its own workflow, so it is a bound method; it also
+    holds this worker's live model (its settings and environment: the key never leaves here)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, live: LiveModel) -> None:
         self.client = client
+        self.live = live
 
     @activity.defn(name="dsh.turn")
     async def turn(self, spec: TurnInput) -> TurnResult:
@@ -136,7 +174,11 @@ class TurnActivities:
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
         alive = asyncio.create_task(_keep_alive(spec.agent.run.heartbeat_seconds / 3))
         try:
-            return await run_turn(spec, _Link(self.client, handle, root, spec.seq), retry=activity.info().attempt > 1)
+            return await run_turn(spec, _Link(self.client, handle, root, spec.seq),
+                                  retry=activity.info().attempt > 1, live=self.live)
+        except ConfigError as exc:
+            # This worker's configuration (a missing key): retrying cannot help, the client says why.
+            raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from exc
         finally:
             alive.cancel()
 
@@ -155,8 +197,12 @@ async def _keep_alive(every: float) -> None:
         await asyncio.sleep(every)
 
 
-def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100) -> Worker:
-    activities = TurnActivities(client)
+def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100,
+                model: ModelSettings | None = None, environ: Mapping[str, str] | None = None) -> Worker:
+    """A worker; `model` and `environ` build its live provider (default: the default `model.*`
+    settings and this process's environment)."""
+    live = LiveModel(model if model is not None else ModelConfig(), environ if environ is not None else os.environ)
+    activities = TurnActivities(client, live)
     return Worker(
         client,
         task_queue=task_queue,
@@ -166,9 +212,10 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
     )
 
 
-async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.Event) -> None:
+async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.Event,
+                     model: ModelSettings | None = None) -> None:
     """Serve until `stop` is set, then finish in-flight tasks (Worker's own graceful shutdown)."""
-    workers = [make_worker(client, q) for q in task_queues]
+    workers = [make_worker(client, q, model=model) for q in task_queues]
     for w in workers:
         await w.__aenter__()
     try:

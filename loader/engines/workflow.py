@@ -1,7 +1,8 @@
 """The agent workflow (loader/engines/README.md): one run per root tree or per child epoch.
 
 Workflow code: deterministic bookkeeping only, no I/O, no clock, no dsh runtime import (the sandbox
-re-imports this module; `wire` is passed through). The turns themselves run in the `dsh.turn`
+re-imports this module; `wire` is passed through, and `RunBudget`, plain counting, for the tree's
+run budget the root keeps: update `charge`). The turns themselves run in the `dsh.turn`
 activity (turn.py), which reaches back here through the two updates.
 
 Invariants:
@@ -36,6 +37,8 @@ with workflow.unsafe.imports_passed_through():
         AgentView,
         Answer,
         Carried,
+        Charge,
+        Charged,
         ChildRef,
         ChildState,
         Delivery,
@@ -54,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         agent_workflow_id,
         child_workflow_id,
     )
+    from dsh.loader.models.budget import RunBudget, RunLimits
 
 __all__ = ["AgentWorkflow"]
 
@@ -93,10 +97,12 @@ class AgentWorkflow:
         self._releasing = False
         self._released: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
+        self._budget = RunBudget()  # the root: the tree's run budget (update `charge`)
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         self._input = input
+        self._budget = RunBudget(RunLimits(input.run.max_children, input.run.max_requests, input.run.max_tokens_total))
         for d in input.deliveries:
             self._accept(d)
         carried = input.carried or Carried()
@@ -145,6 +151,7 @@ class AgentWorkflow:
             agent_key=self._key,
             epoch=input.epoch,
             released=sorted(self._released),
+            budget=self._budget.summary() if input.parent_id is None else {},
         )
 
     # -- continue-as-new (issue 12 item 2) --------------------------------------------------
@@ -408,6 +415,20 @@ class AgentWorkflow:
         await workflow.wait_condition(
             lambda: self._closing or any(i >= after for s, i in self._fact_last.items() if s is None or s != source))
         return self._facts[after:]
+
+    @workflow.update
+    def charge(self, charge: Charge) -> Charged:
+        """The tree's run budget (root only): every turn of the tree, on any worker, charges its
+        spawns and model requests here, so the limits hold tree-wide as in one process."""
+        if charge.kind == "tokens":
+            self.spent(charge.tokens)
+            return Charged()
+        return Charged(refused=self._budget.count(charge.kind))
+
+    @workflow.signal
+    def spent(self, tokens: int) -> None:
+        """A reply's tokens, charged to the tree's budget (root only; no answer, so a signal)."""
+        self._budget.tokens += tokens
 
     # -- children ---------------------------------------------------------------------------
     @workflow.update

@@ -86,7 +86,7 @@ class SubagentTool:
 
     async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
         if self.budget is not None:  # refused here, before the manager creates anything
-            self.budget.take_child()
+            await self.budget.charge_child()
         if args.run_in_background:
             child_id, _ = await self.delegation.start_continuable(
                 exec.agent, args.label, args.prompt, exec.call_id, exec.signal

@@ -159,8 +159,8 @@ def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
     - per agent, in its own order: every `event` record's event (without `time`), then interleaved
       as they came, its `lifecycle` records (under `lifecycle <name>`); the order across agents is
       not compared (the Temporal client reads the logs in passes);
-    - `result`, without the root id, `durationMs` and `budget` (no run budget on Temporal yet:
-      loader/engines/README.md), `subagents` keyed by agent name;
+    - `result`, without the root id and `durationMs` (its `budget` is the root workflow's, the
+      same counts: loader/engines/README.md "Run budgets"), `subagents` keyed by agent name;
     with each session id replaced by its agent name and every other uuid (message ids) by `<id>`."""
     names = agent_names(records)
 
@@ -180,7 +180,7 @@ def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
             key = f"lifecycle {names.get(rec.get('sessionId', ''), rec['type'])}"
             per_agent.setdefault(key, []).append(plain(rec))
     subagents = {names[s["sessionId"]]: plain(s) for s in result["subagents"]}
-    drop = {"rootSessionId", "durationMs", "budget", "subagents"}
+    drop = {"rootSessionId", "durationMs", "subagents"}
     return {
         "init": {k: v for k, v in init.items() if k != "rootSessionId"},
         "agents": per_agent,

@@ -21,6 +21,8 @@ from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.turn import run_turn
 from dsh.loader.engines.wire import (
     Answer,
+    Charge,
+    Charged,
     Delivery,
     Interrupt,
     InterruptAt,
@@ -33,6 +35,7 @@ from dsh.loader.engines.wire import (
     TreeInput,
     TurnInput,
 )
+from dsh.loader.models.budget import RunBudget
 from dsh.loader.session import SessionStore
 from dsh.loader.texts import render
 from dsh.loader.transcripts import load_transcript
@@ -53,6 +56,13 @@ class RecordingLink:
     # (reply index, beats): hand that reply only once the turn has heartbeaten that often
     gate: tuple[int, int] | None = None
     beat: asyncio.Event = field(default_factory=asyncio.Event)
+    budget: RunBudget = field(default_factory=RunBudget)  # the root workflow's, as its `charge` keeps it
+
+    async def charge(self, charge: Charge) -> Charged:
+        if charge.kind == "tokens":
+            self.budget.tokens += charge.tokens
+            return Charged()
+        return Charged(refused=self.budget.count(charge.kind))
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
         self.polls.append(after)
