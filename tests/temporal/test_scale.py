@@ -3,10 +3,11 @@
 Temporal refuses an 11th update in flight on one workflow (ResourceExhausted; the client retries it
 with a backoff of seconds) and allows 2,000 per run. A root whose reply starts many children used to
 send one `start_child` update each, all at once, beside its two long-polls: past the limit, the
-starts stalled for seconds or failed (the ~10 s stalls; N=300 hung). Here the server's limit is 3,
-and the test reads the server's own count of refused updates (its metrics): a turn that keeps at
-most three in flight on its workflow (two long-polls and one batch of child starts) has none;
-one update per child had 18–19 here, and took twice the wall.
+starts stalled for seconds or failed (the ~10 s stalls; N=300 hung). Here the server's limit is 4,
+and the test reads the server's own count of refused updates (its metrics): a root that has at
+most four in flight (its turn's two long-polls, one batch of child starts, and one batch of the
+tree's budget charges from this worker process) has none; one update per child start had 18–19
+refusals under a limit of 3, and one update per charge 38 under this one.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CHILDREN = 12  # more than max_parallel_tool_calls (10): two rounds of starts, e
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tight_client() -> AsyncIterator[Client]:
-    async with dev_server("--dynamic-config-value", "history.maxInFlightUpdates=3",
+    async with dev_server("--dynamic-config-value", "history.maxInFlightUpdates=4",
                           "--metrics-port", str(METRICS_PORT)) as c:
         yield c
 
@@ -75,6 +76,8 @@ async def test_a_reply_starting_many_children_keeps_within_the_servers_in_flight
     names = await update_names(tight_client, result.root_session_id)
     assert names.count("fence_facts_after") <= 1  # at most the answer at close
     assert names.count("start_children") < CHILDREN  # batched
+    # The budget's charges (12 spawns, 12 + 3 model requests) are batched per worker process too.
+    assert "charge" not in names and 0 < names.count("charge_many") < 2 * CHILDREN + 3
 
 
 async def update_names(client: Client, workflow_id: str) -> list[str]:
