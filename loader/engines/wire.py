@@ -131,6 +131,7 @@ class Carried:
     fences_engaged: list[bool] = field(default_factory=list)
     agent_key: str | None = None
     runs: int = 1  # runs of this residency so far
+    seen: int = 0  # the parent's follow-ups received so far (ChildState.seen)
 
 
 @dataclass
@@ -241,6 +242,9 @@ class ChildState:
     child_id: str
     stalled: bool
     parked: list[str] = field(default_factory=list)
+    # How many of the parent's follow-ups this residency had received when it decided: a report
+    # decided before the parent's latest follow-up arrived is stale (None: a pre-count history).
+    seen: int | None = None
 
 
 @dataclass

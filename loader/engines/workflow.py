@@ -18,7 +18,11 @@ Invariants:
 - `_parked` is the last turn's queued waking work: non-empty means parked (SPEC §10.3), so this run
   neither settles nor starts a turn until a waking delivery arrives or the tree releases it;
 - `_told_stalled` is what the parent last heard from `_stall_report` (children only), so a change
-  is signalled once and an unchanged state costs no history event.
+  is signalled once and an unchanged state costs no history event;
+- a stall report counts the parent's follow-ups its residency had received (`ChildState.seen`; a
+  `followup` delivery comes only from the parent's `message_child`), and the parent takes it only
+  if that covers every follow-up it delivered (`_sent`): a report decided before the latest one
+  arrived is stale and must not release the tree (the child reports again once it sees it).
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class AgentWorkflow:
         self._children: list[ChildRef] = []
         self._stalled: dict[str, ChildState] = {}  # resident child -> what it last told
         self._told_stalled: ChildState | None = None
+        self._seen = 0  # the parent's follow-ups this residency has received (ChildState.seen)
+        self._sent: dict[str, int] = {}  # resident child -> follow-ups delivered to its residency
         self._releasing = False
         self._released: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
@@ -109,6 +115,7 @@ class AgentWorkflow:
         self._parked, self._children = list(carried.parked), list(carried.children)
         self._told_stalled, self._key = carried.told_stalled, carried.agent_key
         self._violations, self._engaged = list(carried.violations), list(carried.fences_engaged)
+        self._seen = carried.seen
         last: TurnResult | None = None
         while True:
             if self._continue_due():
@@ -173,7 +180,7 @@ class AgentWorkflow:
         assert self._input is not None
         carried = Carried(parked=list(self._parked), children=list(self._children), told_stalled=self._told_stalled,
                           violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
-                          runs=runs + 1)
+                          runs=runs + 1, seen=self._seen)
         return dataclasses.replace(self._input, deliveries=self._deliveries[self._handed:], carried=carried)
 
     def _due(self) -> bool:
@@ -231,7 +238,8 @@ class AgentWorkflow:
         for s in below:
             if s is not None and stalled:
                 parked.extend(s.parked)
-        return ChildState(child_id=self._input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [])
+        return ChildState(child_id=self._input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [],
+                          seen=self._seen)
 
     def _stall_changed(self) -> bool:
         state = self._stall_state()
@@ -303,7 +311,10 @@ class AgentWorkflow:
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:
-        if state.child_id in self._resident:
+        """A resident child's stall report; a stale one (decided before our latest follow-up
+        reached it) is dropped: the follow-up wakes it, and it reports again from there."""
+        stale = state.seen is not None and state.seen < self._sent.get(state.child_id, 0)
+        if state.child_id in self._resident and not stale:
             self._stalled[state.child_id] = state
 
     def _engage(self, engaged: list[bool]) -> None:
@@ -331,6 +342,8 @@ class AgentWorkflow:
     def deliver(self, delivery: Delivery) -> None:
         """A message for this agent from another workflow of the tree (a report, a follow-up)."""
         self._accept(delivery)
+        if delivery.send == "followup":  # from the parent's message_child (reports steer or inject)
+            self._seen += 1
 
     @workflow.update
     def interrupt(self, request: Interrupt) -> Answer:
@@ -372,7 +385,10 @@ class AgentWorkflow:
                 except Exception:  # its run has completed: the result is on the way (LOST)
                     await workflow.wait_condition(lambda: child_id not in self._resident)
                     continue
+                # --- delivered begin: counted with the stale view dropped, no await between ---
+                self._sent[child_id] = self._sent.get(child_id, 0) + 1
                 self._stalled.pop(child_id, None)  # it has waking work now
+                # --- delivered end ---
                 return Answer(status="delivered")
             found = await workflow.execute_activity(
                 RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
@@ -495,4 +511,5 @@ class AgentWorkflow:
             else:
                 await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
         self._stalled.pop(child_id, None)
+        self._sent.pop(child_id, None)
         del self._resident[child_id]

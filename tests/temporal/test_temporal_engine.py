@@ -9,17 +9,29 @@ queue, worker and homes.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporal_kit import both_engines, dev_server, run_temporal, settlement_facts
+import yaml
+from temporal_kit import backstopped, both_engines, dev_server, run_temporal, settlement_facts
 from temporalio.client import Client
+from test_temporal_control import root_turn_completed
 
+from dsh.loader.config import TemporalConfig
+from dsh.loader.engines.client import run_tree_temporal
+from dsh.loader.engines.wire import ChildState
+from dsh.loader.engines.worker import make_worker
+from dsh.loader.engines.workflow import AgentWorkflow
+from dsh.loader.headless import RunRequest, RunSinks
 from dsh.loader.session import SessionStore
-from dsh.loader.testing.runner import FlowPlan, arun_flow, plan_flow
+from dsh.loader.testing.flow import project
+from dsh.loader.testing.normalize import normalize
+from dsh.loader.testing.runner import Flow, FlowPlan, arun_flow, plan_flow
 from dsh.loader.transcripts import load_transcript
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -121,9 +133,7 @@ async def test_a_child_continued_as_new_between_turns_still_settles_once_with_th
     """interrupt-parked-resume with `temporal.continueAsNewAfter: 1`: the worker's residency spans
     two runs (parked after its first turn, it continues as new with its queue's state), and the
     tree gives the local engine's flow: one notice, after B, C and D."""
-    plan = plan_flow("interrupt-parked-resume")
-    temporal_config = plan.config.temporal.model_copy(update={"continue_as_new_after": 1})
-    plan = FlowPlan(script=plan.script, config=plan.config.model_copy(update={"temporal": temporal_config}))
+    plan = continued_as_new(plan_flow("interrupt-parked-resume"))
     local = await arun_flow(plan, home=tmp_path / "local")
     temporal = await run_temporal(client, plan, tmp_path / "temporal")
     assert temporal.result.violations == []
@@ -139,6 +149,75 @@ async def test_a_child_continued_as_new_between_turns_still_settles_once_with_th
     assert started.continued_execution_run_id  # the latest run continued an earlier one
     carried = json.loads(started.input.payloads[0].data)["carried"]
     assert carried["runs"] == 2 and len(carried["parked"]) == 2  # B and C, kept parked across the runs
+    assert carried["seen"] == 2  # the root's follow-ups B and C: its stall reports count on from there
+
+
+def continued_as_new(plan: FlowPlan) -> FlowPlan:
+    """`plan` with `temporal.continueAsNewAfter: 1`: a child continues as new after each turn."""
+    temporal_config = plan.config.temporal.model_copy(update={"continue_as_new_after": 1})
+    return FlowPlan(script=plan.script, config=plan.config.model_copy(update={"temporal": temporal_config}))
+
+
+def gated_worker(tmp_path: Path) -> Path:
+    """interrupt-parked-resume with the worker's second turn held until a fact only the test
+    publishes (`hangReached root`: the root never hangs), instead of the root's first turn end."""
+    spec = yaml.safe_load(load_transcript("interrupt-parked-resume").path.read_text())
+    spec["fences"][2]["hold"]["until"] = {"hangReached": {"agent": "root"}}
+    path = tmp_path / "interrupt-parked-resume.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+async def turns_scheduled(client: Client, workflow_id: str, count: int) -> None:
+    """`count` turn activities scheduled over the runs of `workflow_id` (its histories, long-polled
+    run by run along the continue-as-new chain)."""
+    latest = await client.get_workflow_handle(workflow_id).fetch_history()
+    seen, run_id = 0, latest.events[0].workflow_execution_started_event_attributes.first_execution_run_id
+    while True:
+        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(
+                wait_new_event=True):
+            seen += event.HasField("activity_task_scheduled_event_attributes")
+            if seen >= count:
+                return
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                break
+
+
+async def test_a_stall_report_decided_before_the_parents_latest_followup_does_not_release_the_tree(
+    client: Client, tmp_path: Path
+) -> None:
+    """Issue 12's flake: the worker, continued as new before D reached it, told the root "stalled"
+    (B and C parked) while D was on its way; that report reached the root after D had, and the
+    root, its turn over, released the tree: the notice entered as an inject and the root's last
+    reply and the worker's turns stayed unconsumed (REPLAY_UNCONSUMED on both). The window is
+    driven here: the worker is held in its turn for D (all its own reports are in the root's
+    history by then) and the test signals the root that stale report; only then is the worker let
+    go. The root drops it (2 follow-ups seen < 3 sent) and the tree gives the local flow."""
+    local = await arun_flow(continued_as_new(plan_flow("interrupt-parked-resume")), home=tmp_path / "local")
+    plan = continued_as_new(plan_flow(gated_worker(tmp_path)))
+    home = tmp_path / "temporal"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True,
+                         sinks=RunSinks(on_started=started.set_result))
+    async with make_worker(client, queue):
+        run = asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client))
+        root = await asyncio.wait_for(started, 60)
+        await asyncio.wait_for(root_turn_completed(client, root), 60)  # B, C, the interrupt and D sent
+        [worker] = [p.parent.name for p in (home / "sessions").glob("*/session.jsonl") if p.parent.name != root]
+        # The worker's turn for B, C, D is scheduled: D reached it, and every report it made
+        # before is in the root's history (a report is signalled before the turn is scheduled).
+        await asyncio.wait_for(turns_scheduled(client, f"{root}/{worker}", 2), 60)
+        handle = client.get_workflow_handle(root)
+        stale = ChildState(child_id=worker, stalled=True, parked=[worker], seen=2)  # decided before D
+        await handle.signal(AgentWorkflow.child_state, stale)
+        await handle.signal(AgentWorkflow.fence_facts, [["hangReached", "root"]])
+        result = await asyncio.wait_for(run, 60)
+    assert (result.violations, result.released, result.output) == ([], [], "CHILD_RESUMED_OK")
+    flow = Flow(normalize(project(home, root, result, result.violations, plan.script.spec.name)))
+    assert settlement_facts(flow) == settlement_facts(local)
+    assert flow == local
 
 
 LIST_AGENTS = """\
