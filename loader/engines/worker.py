@@ -10,7 +10,7 @@ import asyncio
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
@@ -69,8 +69,7 @@ class _Link:
         self.seq = seq
         self.source = f"{handle.id}#{seq}"  # this turn, as the fence board knows its facts
         self._others = asyncio.Semaphore(OTHER_UPDATES)
-        self._starts: list[tuple[StartChild, asyncio.Future[None]]] = []
-        self._starting: asyncio.Task[None] | None = None
+        self._starts: _Batched[StartChild, None] = _Batched(self._send_starts)
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
         return await self.handle.execute_update(
@@ -88,36 +87,11 @@ class _Link:
         return dict(zip(ids, found, strict=True))
 
     async def start_child(self, request: StartChild) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._starts.append((request, done))
-        if self._starting is None:
-            self._starting = asyncio.create_task(self._send_starts())
-        await done
+        await self._starts.ask(request)
 
-    async def _send_starts(self) -> None:
-        """Drain the queue, one batch in flight at a time; each caller learns its batch's fate."""
-        try:
-            while self._starts:
-                # --- S-start begin --- (take the batch: no await between the read and the reset)
-                batch, self._starts = self._starts, []
-                # --- S-start end ---
-                try:
-                    await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, [r for r, _ in batch]))
-                except BaseException as exc:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for _, done in batch:
-                    if not done.done():
-                        done.set_result(None)
-        finally:
-            self._starting = None
-            for _, done in self._starts:  # only when this task itself was cancelled
-                done.cancel()
-            self._starts = []
+    async def _send_starts(self, batch: list[StartChild]) -> list[None]:
+        await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch))
+        return [None] * len(batch)
 
     async def report(self, delivery: Delivery) -> None:
         async with self._others:
@@ -136,37 +110,61 @@ class _Link:
         if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
             await self.root.signal(AgentWorkflow.spent, charge.tokens)
             return Charged()
-        return await _charges(self.root).charge(charge)
+        return await _charges(self.root).ask(charge)
 
 
-class _Charges:
-    """This worker process's charges to one root's budget, batched: the first goes out at once,
-    those asked while a batch is in flight go together in the next (update `charge_many`). A
+_CHARGES: dict[str, _Batched[Charge, Charged]] = {}  # root workflow id -> its batcher here, while busy
+
+
+def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Batched[Charge, Charged]:
+    """This worker process's charges to one root's budget, batched (update `charge_many`). A
     fan-out's turns each charge a spawn and a request; one update apiece would spend the root's
     2,000 updates per run at about 700 children and crowd its 10 in flight."""
+    found = _CHARGES.get(root.id)
+    if found is None:
+        async def send(batch: list[Charge]) -> list[Charged]:
+            return await _pressed(lambda: root.execute_update(AgentWorkflow.charge_many, batch))
 
-    def __init__(self, root: WorkflowHandle[AgentWorkflow, TreeResult]) -> None:
-        self.root = root
-        self._queue: list[tuple[Charge, asyncio.Future[Charged]]] = []
+        def idle() -> None:
+            if _CHARGES.get(root.id) is found:
+                del _CHARGES[root.id]
+
+        found = _CHARGES[root.id] = _Batched(send, on_idle=idle)
+    return found
+
+
+_Q = TypeVar("_Q")
+_A = TypeVar("_A")
+
+
+class _Batched(Generic[_Q, _A]):
+    """Requests batched into updates: the first goes out at once, those asked while a batch is in
+    flight go together in the next, one batch in flight at a time (Temporal admits 10 updates in
+    flight per workflow and 2,000 per run). `send` answers a batch with one answer per request,
+    in order; each caller gets its own, or its batch's error."""
+
+    def __init__(self, send: Callable[[list[_Q]], Awaitable[list[_A]]],
+                 on_idle: Callable[[], None] | None = None) -> None:
+        self._send = send
+        self._on_idle = on_idle
+        self._queue: list[tuple[_Q, asyncio.Future[_A]]] = []
         self._sending: asyncio.Task[None] | None = None
 
-    async def charge(self, charge: Charge) -> Charged:
-        done: asyncio.Future[Charged] = asyncio.get_running_loop().create_future()
-        self._queue.append((charge, done))
+    async def ask(self, request: _Q) -> _A:
+        done: asyncio.Future[_A] = asyncio.get_running_loop().create_future()
+        self._queue.append((request, done))
         if self._sending is None:
-            self._sending = asyncio.create_task(self._send())
+            self._sending = asyncio.create_task(self._drain())
         return await done
 
-    async def _send(self) -> None:
-        """Drain the queue, one batch in flight at a time; each caller gets its own answer."""
+    async def _drain(self) -> None:
         try:
             while self._queue:
-                # --- S-charge begin --- (take the batch: no await between the read and the reset)
+                # --- S-batch begin --- (take the batch: no await between the read and the reset)
                 batch, self._queue = self._queue, []
-                # --- S-charge end ---
-                charges = [c for c, _ in batch]
+                # --- S-batch end ---
                 try:
-                    answers = await _pressed(lambda: self.root.execute_update(AgentWorkflow.charge_many, charges))
+                    answers = await self._send([r for r, _ in batch])
                 except BaseException as exc:
                     for _, done in batch:
                         if not done.done():
@@ -182,18 +180,8 @@ class _Charges:
             for _, done in self._queue:  # only when this task itself was cancelled
                 done.cancel()
             self._queue = []
-            if _CHARGES.get(self.root.id) is self:
-                del _CHARGES[self.root.id]
-
-
-_CHARGES: dict[str, _Charges] = {}  # root workflow id -> its batcher in this process, while busy
-
-
-def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Charges:
-    found = _CHARGES.get(root.id)
-    if found is None:
-        found = _CHARGES[root.id] = _Charges(root)
-    return found
+            if self._on_idle is not None:
+                self._on_idle()
 
 
 _T = TypeVar("_T")
