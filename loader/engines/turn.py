@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ from dsh.loader.tree import Tree
 
 if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
+
+NOTICE_LIMIT = 512 * 1024
+"""Bytes of JSON a child's notice may take in its turn's result (Temporal's payload limit is 2 MB;
+the rest of the result, and the parent's next turn input that carries the notice, need room)."""
 
 __all__ = ["LiveModel", "TreeBudget", "WorkflowLink", "interrupts_in_log", "run_turn"]
 
@@ -401,8 +406,14 @@ def _result(session: Session, who: TreeInput, taken: int) -> TurnResult:
     start = max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0)
     suffix = list(events[start:])
     stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
-    notice = settlement_message(
-        who.session_id, stop_reason, final_output(suffix), epoch=who.epoch,
-        detail=settlement_detail(stop_reason, suffix),
-    )
+    output = final_output(suffix)
+    detail = settlement_detail(stop_reason, suffix)
+    notice = settlement_message(who.session_id, stop_reason, output, epoch=who.epoch, detail=detail)
+    size = len(json.dumps(notice, ensure_ascii=False).encode("utf-8"))
+    if size > NOTICE_LIMIT:
+        # The notice is this turn's result, and Temporal refuses a payload over 2 MB: the run
+        # would fail and its parent never hear (promise 1). The log keeps the whole reply.
+        text = render("T-ENGINE-NOTICE-TOO-LARGE", id=who.session_id, size=size)
+        notice = settlement_message(who.session_id, stop_reason, [{"type": "text", "text": text}],
+                                    epoch=who.epoch, detail=detail)
     return TurnResult(taken=taken, stop_reason=stop_reason, notice=plain(notice))

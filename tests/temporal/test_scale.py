@@ -12,6 +12,7 @@ refusals under a limit of 3, and one update per charge 38 under this one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import urllib.request
@@ -108,3 +109,34 @@ def test_a_worker_parses_a_transcript_once_while_its_file_is_unchanged(tmp_path:
     script.write_text(json.dumps(fanout(4)))
     again = _script(script)
     assert again is not first and len(again.spec.agents) == 5
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_child_reply_past_the_payload_limit_still_settles_with_one_notice_that_points_to_its_log(
+    tight_client: Client, tmp_path: Path
+) -> None:
+    # Temporal refuses a payload over 2 MB. The notice is the child's turn result: carrying a 3 MB
+    # reply in it failed the child's run, and its parent waited for a notice that never came. The
+    # notice now names the reply's size and where it is (the child's log keeps it whole).
+    from dsh.loader.engines.turn import NOTICE_LIMIT
+
+    big = "x" * (3 * 1024 * 1024)
+    agents = {"root": {"replies": [{"toolCalls": [{"id": "c1", "name": "subagent", "arguments": {
+                                       "label": "w", "prompt": "Reply big."}}]},
+                                   {"text": "STARTED"}, {"text": "NOTED"}]},
+              "w": {"spawnedBy": "c1", "replies": [{"text": big}]}}
+    script = tmp_path / "big-reply.json"
+    script.write_text(json.dumps({"version": 1, "name": "big-reply", "task": "Start a child.", "agents": agents}))
+    # Backstop: without the bound the child's run fails and the root waits forever.
+    run = await asyncio.wait_for(run_temporal(tight_client, plan_flow(script), tmp_path / "home"), 120)
+    result = run.result
+    assert (result.stop_reason, result.output, result.violations, result.exit_code) == ("completed", "NOTED", [], 0)
+    store = SessionStore(tmp_path / "home")
+    [child] = [s["sessionId"] for s in result.subagents]
+    notices = [m for e in store.read(result.root_session_id).events if e["type"] == "agent/inbox/spliced"
+               for m in e["data"].get("inserted") or [] if m["source"]["kind"] == "subagent-settled"]
+    assert [(n["source"]["senderSessionId"], n["source"]["stopReason"]) for n in notices] == [(child, "completed")]
+    text = "".join(block["text"] for block in notices[0]["content"])
+    assert f"dsh sessions show {child}" in text and big not in text and len(text) < NOTICE_LIMIT
+    [reply] = [e["data"]["message"] for e in store.read(child).events if e["type"] == "assistant/message"]
+    assert reply["content"][0]["text"] == big  # the log keeps the whole reply
