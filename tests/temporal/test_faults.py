@@ -139,9 +139,10 @@ def inserted(store: SessionStore, session_id: str) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def dsh_worker(address: str, queue: str, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+def dsh_worker(address: str, queue: str, cwd: Path, **extra_env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`dsh worker` in its own process group; `extra_env` adds to its environment (e.g. a key)."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
-    env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue)
+    env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue, **extra_env)
     with open(cwd / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:  # a file: a full pipe would stop it
         proc = subprocess.Popen([*DSH, "worker"], env=env, cwd=cwd, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=log)

@@ -16,11 +16,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import respx
 from sse_server import Gate, Reply, ScriptedServer, error, first_user_text, scripted_server, text, tool_call
 from sse_kit import delta, finish, sse, usage
 from temporal_kit import dev_server, settlement_facts
+from test_faults import dsh_worker as faults_worker
 from test_turn import RecordingLink
 from temporalio.client import Client
 
@@ -50,7 +50,6 @@ KEY_ENV = "DSH_TLIVE_TEST_KEY"
 KEY = f"sk-tlive-{uuid.uuid4().hex}"
 TASK = "Start a helper, then note how it ended."
 PROMPT = "Help with the task."
-DSH = [sys.executable, "-c", "from dsh.cli.main import entry; entry()"]
 BACKSTOP = 120  # a loud failure, never an ordering
 
 
@@ -284,21 +283,10 @@ async def test_a_live_turn_heartbeats_per_streamed_chunk(llm: respx.MockRouter, 
 # -- a worker SIGKILLed mid-turn (issue 12 item 5, live) ----------------------------------------------
 
 
-@contextmanager
-def dsh_worker(address: str, queue: str, base_url: str, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+def dsh_worker(address: str, queue: str, base_url: str, cwd: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """`dsh worker` in its own process group, with its own model settings and key."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
-    env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue, DSH_MODEL__BASE_URL=base_url,
-               DSH_MODEL__API_KEY_ENV=KEY_ENV, **{KEY_ENV: KEY})
-    with open(cwd / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:  # a file: a full pipe would stop it
-        proc = subprocess.Popen([*DSH, "worker"], env=env, cwd=cwd, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+    return faults_worker(address, queue, cwd, DSH_MODEL__BASE_URL=base_url, DSH_MODEL__API_KEY_ENV=KEY_ENV,
+                         **{KEY_ENV: KEY})
 
 
 async def killed_mid_request(tmp_path: Path, base_url: str, gate: Gate) -> RunResult:
