@@ -189,10 +189,7 @@ class SessionStore:
         self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int
     ) -> Session:
         live = _Live(path, fd, size)
-
-        def sink(event: Event, line: bytes) -> None:
-            self._enqueue(live, line)
-
+        sink = functools.partial(self._enqueue, live)  # no closure frame per event (issue 13)
         live.session = Session(header, events, line_sink=sink, clock=self._clock)
         self._live[live.session.id] = live
         self.io.attach(path, fd)  # batches go through the locked descriptor (issue 13)
@@ -200,8 +197,8 @@ class SessionStore:
 
     # -- write-behind --------------------------------------------------------------------------
 
-    def _enqueue(self, live: _Live, line: bytes) -> None:
-        """The Session sink: synchronous; raising here keeps the event out of the log."""
+    def _enqueue(self, live: _Live, event: Event, line: bytes) -> None:
+        """The Session's line sink: synchronous; raising here keeps the event out of the log."""
         live.queue.append(line)
         # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
         if live.timer is None and live.writer is None and live.barrier is None:
