@@ -191,7 +191,10 @@ class FileIO:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    written = os.write(fd, data)  # a regular file takes the whole batch in one write, almost always
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
     while view:
         view = view[os.write(fd, view) :]
 
