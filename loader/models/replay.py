@@ -330,6 +330,9 @@ def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:
 
 def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> _Served:
     """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
+    served = _build_plain(reply)
+    if served is not None:
+        return served
     data = reply.model_dump()  # a fresh dict per serve: nothing to copy when nothing is resolved
     if may_hold_placeholders(data):
         data = resolve_placeholders(data, lookup)
@@ -353,6 +356,27 @@ def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -
     )
     chunks.append(Finish(reply.finish_reason))
     return _Served(form, chunks=chunks)
+
+
+def _build_plain(reply: Reply) -> _Served | None:
+    """`_build` of a message reply without tool calls whose strings hold no `{{` (so no
+    placeholder), read from the reply's fields: no `model_dump` and no JSON text per serve (issue
+    13). The same chunks `_build` makes from the dump (its strings are the reply's own); None for
+    every other reply, which takes the general path."""
+    if reply.tool_calls or reply.hang is not None or reply.error is not None:
+        return None
+    text, reasoning = reply.text, reply.reasoning
+    if (text is not None and "{{" in text) or (reasoning is not None and "{{" in reasoning):
+        return None
+    chunks: list[Chunk] = []
+    if reasoning:
+        chunks.append(ReasoningDelta(reasoning))
+    if text:
+        chunks.append(TextDelta(text))
+    usage = reply.usage
+    chunks.append(Usage(usage.input_tokens, usage.output_tokens) if usage is not None else DEFAULT_USAGE)
+    chunks.append(Finish(reply.finish_reason))
+    return _Served("message", chunks=chunks)
 
 
 def _prefix(text: str | None) -> list[Chunk]:
