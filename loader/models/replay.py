@@ -202,6 +202,23 @@ class ReplayProvider:
             await asyncio.shield(signal.wait())
             raise Aborted(signal.reason)
 
+    def ready(self, request: ModelRequest, signal: AbortSignal) -> tuple[list[Chunk], ProviderError | None] | None:
+        """The whole reply at once, `(chunks, error to raise after them)`, when serving it cannot
+        suspend: a message or an error reply (issue 13: `stream`'s async generator cost the loop
+        one read, a frame chain and an `aclose` per chunk). None for a hang, an unbound session or
+        an exhausted script: then `stream` serves (or fails) the request as before. Counts the
+        reply as served at the same point as `stream`'s first read (§15.3 item 4)."""
+        key = self._key_by_session.get(request.session_id)
+        if key is None:
+            return None
+        replies = self.transcript.spec.agents[key].replies
+        cursor = self._cursor[key]
+        if cursor >= len(replies) or replies[cursor].hang is not None:
+            return None
+        signal.throw_if_aborted()
+        _, served = self._serve(request)
+        return served.chunks, served.error
+
     def _serve(self, request: ModelRequest) -> tuple[str, _Served]:
         key = self._key_by_session.get(request.session_id)
         if key is None:
