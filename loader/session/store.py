@@ -61,7 +61,7 @@ from typing import Any
 from dsh.loader.errors import CheckpointError, SessionError
 from dsh.loader.ids import is_valid_session_id
 from dsh.loader.session._syncgroup import SyncGroup
-from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file
+from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, append_held, create_session_file
 from dsh.loader.session._loadfile import load_session_file, locking_call
 from dsh.loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from dsh.loader.session.repair import ReadResult, read
@@ -234,7 +234,10 @@ class SessionStore:
         count = len(live.queue)
         data = b"".join(live.queue)
         try:
-            size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+            if self.io.__class__ is FileIO:  # the real I/O: one frame through the held descriptor
+                size = append_held(live.lock_fd, live.path, data, self.fsync, live.committed)
+            else:  # a double: through its methods
+                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
         except Exception as exc:
             live.error = exc
             logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
