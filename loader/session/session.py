@@ -165,7 +165,7 @@ class Session:
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
             raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
-        if not copy and _c_encode is not None and data.__class__ is dict:  # `type` is the event type here
+        if _c_encode is not None and data.__class__ is dict:  # `_snapshot`, inline (`type` is the event type here)
             try:
                 text = "".join(_c_encode(data, 0))
             except BaseException as exc:
@@ -173,7 +173,8 @@ class Session:
                 if isinstance(exc, (TypeError, ValueError)):
                     raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
                 raise
-            copied: dict[str, Any] = data  # an exact dict (checked above)
+            # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
+            copied: dict[str, Any] = _scan(text, 0)[0] if copy else data
         else:
             copied, text = _snapshot(data, copy)
         seq = len(self.events)
