@@ -207,7 +207,8 @@ class ReplayProvider:
         suspend: a message or an error reply (issue 13: `stream`'s async generator cost the loop
         one read, a frame chain and an `aclose` per chunk). None for a hang, an unbound session or
         an exhausted script: then `stream` serves (or fails) the request as before. Counts the
-        reply as served at the same point as `stream`'s first read (§15.3 item 4)."""
+        reply as served at the same point as `stream`'s first read (§15.3 item 4). The loop hands it
+        the request with empty `messages` (a replay reads only the session, turn and step)."""
         key = self._key_by_session.get(request.session_id)
         if key is None:
             return None

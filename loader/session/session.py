@@ -218,6 +218,12 @@ class Session:
         cost quadratic): only events appended since the last call are walked; sound because the
         log only grows. The list returned is a fresh copy, so callers may extend it.
         """
+        return list(self.derived_messages())
+
+    def derived_messages(self) -> list[dict[str, Any]]:
+        """`derive_messages` without the copy (issue 13: a copy per model call grows with history):
+        the session's own list, caught up. Never change it; it only grows, so `[:n]` of it is the
+        list of the moment it had `n` items."""
         events, messages = self.events, self._messages
         for i in range(self._derived, len(events)):
             event = events[i]
@@ -233,7 +239,7 @@ class Session:
                 if isinstance(message, dict):
                     messages.append(message)
         self._derived = len(events)
-        return list(messages)
+        return messages
 
     def _publish(self, event: Event) -> None:
         self._publishing = True

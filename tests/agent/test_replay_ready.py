@@ -109,3 +109,29 @@ async def test_ready_leaves_hangs_exhausted_scripts_and_unbound_sessions_to_the_
     assert provider.ready(request(), signal) is None  # the hang: not consumed here
     assert provider.ready(request(), signal) is None  # still the hang: the cursor did not move
     assert provider.violations == []
+
+
+class Recording(StreamingOnly):
+    """Streams every reply and keeps what each request carried."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def stream(self, request: Any, signal: Any, on_retry: Any) -> Any:
+        self.seen.append(request.messages)
+        return super().stream(request, signal, on_retry)
+
+
+async def test_a_streaming_provider_gets_the_messages_of_its_request_and_a_list_of_its_own(tmp_path: Path) -> None:
+    """The loop copies the messages only for `stream` (issue 13); they are the log's messages up to
+    the request, in a fresh list: later steps neither grow nor share it."""
+    provider = Recording(load_transcript(transcript_file(tmp_path, [{"text": "a"}, {"text": "b"}, {"text": "c"}])))
+
+    events = await run(tmp_path / "home", provider, 3)
+
+    requests = [e["data"] for e in events if e["type"] == "llm/request"]
+    assert [len(m) for m in provider.seen] == [r["messageCount"] for r in requests] == [1, 3, 5]
+    texts = [[block["text"] for message in m for block in message["content"]] for m in provider.seen]
+    assert texts == [["prompt 0"], ["prompt 0", "a", "prompt 1"], ["prompt 0", "a", "prompt 1", "b", "prompt 2"]]
+    assert len({id(m) for m in provider.seen}) == 3
