@@ -175,12 +175,16 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         section = tool.system_section
         if section and section not in sections:
             sections.append(section)
+    # The messages are copied only for a provider that reads them (`_read_stream`); a reply served
+    # whole (`ready`) needs none, and the copy grew with history (issue 13).
+    derived = agent.session.derived_messages()
+    message_count = len(derived)
     request = ModelRequest(
         session_id=agent.id,
         turn=turn,
         step=step,
         system="\n\n".join(sections),
-        messages=agent.session.derive_messages(),
+        messages=[],
         tools=[{"name": t.name, "description": t.description, "parameters": _schema(t.parameters)} for t in tools],
         model=options.model,
         max_tokens=options.max_tokens,
@@ -188,10 +192,10 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     )
     # What the model saw (issue 11 item 1): durable with the checkpoint, before the provider runs.
     digest = agent.requests.record(turn=turn, step=step, model=request.model, system=request.system,
-                                   tools=request.tools, message_count=len(request.messages))
+                                   tools=request.tools, message_count=message_count)
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug(render("T-LOG-REQUEST", id=agent.id, turn=turn, step=step, model=request.model,
-                            messages=len(request.messages), system=digest["systemHash"],
+                            messages=message_count, system=digest["systemHash"],
                             tools=",".join(digest["toolNames"]) or "-", toolsHash=digest["toolsHash"]))
     await agent.store.flush(agent.session)  # model-request checkpoint (§5.5)
     signal.throw_if_aborted()
@@ -203,6 +207,45 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         agent.session.append_owned("llm/retry", data)
 
     assembler = Assembler()
+    ready = getattr(agent.provider, "ready", None)  # the replay provider; its request has no messages
+    served = ready(request, signal) if ready is not None else None
+    if served is not None:  # the whole reply, served without a suspension: no stream, no reads
+        chunks, error = served
+        for chunk in chunks:
+            assembler.feed(chunk)
+        if error is not None:
+            raise error
+    else:
+        request.messages = derived[:message_count]  # the list as it was when the request was made
+        await _read_stream(agent, turn, step, request, signal, on_retry, assembler)
+    result = assembler.result()
+    content = result.content
+    if result.finish == "max-tokens":
+        content = [b for b in content if b.get("type") != "tool-call"]
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": _assistant(agent, content)}
+    if result.usage is not None:
+        data["usage"] = result.usage
+    data["finish"] = result.finish
+    agent.session.append("assistant/message", data)
+    if logger.isEnabledFor(logging.DEBUG):
+        usage = result.usage or {}
+        logger.debug(render("T-LOG-RESPONSE", id=agent.id, turn=turn, step=step, finish=result.finish,
+                            blocks=_block_summary(content), input=usage.get("inputTokens", "-"),
+                            output=usage.get("outputTokens", "-")))
+    if result.finish == "max-tokens":
+        return {"kind": "max-tokens"}
+    calls = [b for b in content if b.get("type") == "tool-call"]
+    if not calls:
+        return {"kind": "completed"}
+    concluded = await execute_tools(agent, turn, step, calls, signal)
+    return {"kind": "completed"} if concluded else None
+
+
+async def _read_stream(
+    agent: Agent, turn: int, step: int, request: ModelRequest, signal: AbortSignal, on_retry: Any, assembler: Assembler,
+) -> None:
+    """Feed the provider's stream to `assembler`, each read raced against the abort (`_next_chunk`);
+    an abort keeps the partial answer as an interrupted `assistant/message`."""
     inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
     stream = agent.provider.stream(request, signal, on_retry)
     try:
@@ -228,27 +271,6 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
                 await aclose()
             except Exception:
                 logger.debug("closing the stream of %s failed", agent.id, exc_info=True)
-    result = assembler.result()
-    content = result.content
-    if result.finish == "max-tokens":
-        content = [b for b in content if b.get("type") != "tool-call"]
-    data: dict[str, Any] = {"turn": turn, "step": step, "message": _assistant(agent, content)}
-    if result.usage is not None:
-        data["usage"] = result.usage
-    data["finish"] = result.finish
-    agent.session.append("assistant/message", data)
-    if logger.isEnabledFor(logging.DEBUG):
-        usage = result.usage or {}
-        logger.debug(render("T-LOG-RESPONSE", id=agent.id, turn=turn, step=step, finish=result.finish,
-                            blocks=_block_summary(content), input=usage.get("inputTokens", "-"),
-                            output=usage.get("outputTokens", "-")))
-    if result.finish == "max-tokens":
-        return {"kind": "max-tokens"}
-    calls = [b for b in content if b.get("type") == "tool-call"]
-    if not calls:
-        return {"kind": "completed"}
-    concluded = await execute_tools(agent, turn, step, calls, signal)
-    return {"kind": "completed"} if concluded else None
 
 
 _END = object()  # the stream ended (StopAsyncIteration) during a read's first step

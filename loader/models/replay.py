@@ -202,6 +202,24 @@ class ReplayProvider:
             await asyncio.shield(signal.wait())
             raise Aborted(signal.reason)
 
+    def ready(self, request: ModelRequest, signal: AbortSignal) -> tuple[list[Chunk], ProviderError | None] | None:
+        """The whole reply at once, `(chunks, error to raise after them)`, when serving it cannot
+        suspend: a message or an error reply (issue 13: `stream`'s async generator cost the loop
+        one read, a frame chain and an `aclose` per chunk). None for a hang, an unbound session or
+        an exhausted script: then `stream` serves (or fails) the request as before. Counts the
+        reply as served at the same point as `stream`'s first read (§15.3 item 4). The loop hands it
+        the request with empty `messages` (a replay reads only the session, turn and step)."""
+        key = self._key_by_session.get(request.session_id)
+        if key is None:
+            return None
+        replies = self.transcript.spec.agents[key].replies
+        cursor = self._cursor[key]
+        if cursor >= len(replies) or replies[cursor].hang is not None:
+            return None
+        signal.throw_if_aborted()
+        _, served = self._serve(request)
+        return served.chunks, served.error
+
     def _serve(self, request: ModelRequest) -> tuple[str, _Served]:
         key = self._key_by_session.get(request.session_id)
         if key is None:
@@ -330,6 +348,9 @@ def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:
 
 def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> _Served:
     """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
+    served = _build_plain(reply)
+    if served is not None:
+        return served
     data = reply.model_dump()  # a fresh dict per serve: nothing to copy when nothing is resolved
     if may_hold_placeholders(data):
         data = resolve_placeholders(data, lookup)
@@ -353,6 +374,27 @@ def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -
     )
     chunks.append(Finish(reply.finish_reason))
     return _Served(form, chunks=chunks)
+
+
+def _build_plain(reply: Reply) -> _Served | None:
+    """`_build` of a message reply without tool calls whose strings hold no `{{` (so no
+    placeholder), read from the reply's fields: no `model_dump` and no JSON text per serve (issue
+    13). The same chunks `_build` makes from the dump (its strings are the reply's own); None for
+    every other reply, which takes the general path."""
+    if reply.tool_calls or reply.hang is not None or reply.error is not None:
+        return None
+    text, reasoning = reply.text, reply.reasoning
+    if (text is not None and "{{" in text) or (reasoning is not None and "{{" in reasoning):
+        return None
+    chunks: list[Chunk] = []
+    if reasoning:
+        chunks.append(ReasoningDelta(reasoning))
+    if text:
+        chunks.append(TextDelta(text))
+    usage = reply.usage
+    chunks.append(Usage(usage.input_tokens, usage.output_tokens) if usage is not None else DEFAULT_USAGE)
+    chunks.append(Finish(reply.finish_reason))
+    return _Served("message", chunks=chunks)
 
 
 def _prefix(text: str | None) -> list[Chunk]:

@@ -37,8 +37,7 @@ Observer = Callable[[Event], Any]
 """Called with each published event; a returned awaitable is scheduled as a task (§4.1)."""
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+_time_ns = time.time_ns  # the default clock: wall-clock ms as `_time_ns() // 1_000_000`
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -124,7 +123,7 @@ class Session:
         self.closed = False
         self._sink = sink
         self._line_sink = line_sink
-        self._clock = clock or _now_ms
+        self._clock = clock  # None: wall-clock ms, read inline in `_append`
         self._observers: list[Observer] = []
         # Invariant: _publishing is True exactly while observers of one append are being called.
         self._publishing = False
@@ -155,6 +154,8 @@ class Session:
         return self._append(type, data, ignorable, False)
 
     def _append(self, type: str, data: Mapping[str, Any], ignorable: bool, copy: bool) -> Event:
+        # One frame per event (issue 13: the snapshot, clock, line and publish helpers were ~6 frames
+        # of ~9 per event, 9 events per model call); the helpers above stay the reference forms.
         if self.closed:
             raise SessionError("SESSION_CLOSED", render("R-SESSION-CLOSED", id=self.id))
         if self._publishing:
@@ -164,16 +165,40 @@ class Session:
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
             raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
-        copied, text = _snapshot(data, copy)
-        event: Event = {"type": type, "seq": len(self.events), "time": self._clock(), "data": copied}
+        if _c_encode is not None and data.__class__ is dict:  # `_snapshot`, inline (`type` is the event type here)
+            try:
+                text = "".join(_c_encode(data, 0))
+            except BaseException as exc:
+                _MARKERS.clear()
+                if isinstance(exc, (TypeError, ValueError)):
+                    raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+                raise
+            # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
+            copied: dict[str, Any] = _scan(text, 0)[0] if copy else data
+        else:
+            copied, text = _snapshot(data, copy)
+        seq = len(self.events)
+        clock = self._clock
+        now = _time_ns() // 1_000_000 if clock is None else clock()
+        event: Event = {"type": type, "seq": seq, "time": now, "data": copied}
         if ignorable:
             event["ignorable"] = True
-        if self._line_sink is not None:  # may raise: then nothing is appended or published
-            self._line_sink(event, _line(type, event["seq"], event["time"], text, ignorable))
+        line_sink = self._line_sink
+        if line_sink is not None:  # may raise: then nothing is appended or published
+            type_text = _TYPE_TEXT.get(type)
+            line: bytes | None = None
+            if type_text is not None:
+                tail = ',"ignorable":true}\n' if ignorable else "}\n"
+                try:
+                    line = f'{{"type":{type_text},"seq":{seq},"time":{now},"data":{text}{tail}'.encode()
+                except UnicodeEncodeError:  # lone surrogates: `_line` writes the escaped form
+                    line = None
+            line_sink(event, line if line is not None else _line(type, seq, now, text, ignorable))
         if self._sink is not None:
             self._sink(event)  # may raise: then nothing is appended or published
         self.events.append(event)
-        self._publish(event)
+        if self._observers:
+            self._publish(event)
         return event
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
@@ -193,6 +218,12 @@ class Session:
         cost quadratic): only events appended since the last call are walked; sound because the
         log only grows. The list returned is a fresh copy, so callers may extend it.
         """
+        return list(self.derived_messages())
+
+    def derived_messages(self) -> list[dict[str, Any]]:
+        """`derive_messages` without the copy (issue 13: a copy per model call grows with history):
+        the session's own list, caught up. Never change it; it only grows, so `[:n]` of it is the
+        list of the moment it had `n` items."""
         events, messages = self.events, self._messages
         for i in range(self._derived, len(events)):
             event = events[i]
@@ -208,7 +239,7 @@ class Session:
                 if isinstance(message, dict):
                     messages.append(message)
         self._derived = len(events)
-        return list(messages)
+        return messages
 
     def _publish(self, event: Event) -> None:
         self._publishing = True

@@ -61,7 +61,7 @@ from typing import Any
 from dsh.loader.errors import CheckpointError, SessionError
 from dsh.loader.ids import is_valid_session_id
 from dsh.loader.session._syncgroup import SyncGroup
-from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, create_session_file
+from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, append_held, create_session_file
 from dsh.loader.session._loadfile import load_session_file, locking_call
 from dsh.loader.session.envelope import FORMAT_VERSION, Event, encode_line, header_problem
 from dsh.loader.session.repair import ReadResult, read
@@ -189,10 +189,7 @@ class SessionStore:
         self, header: dict[str, Any], events: list[Event], path: Path, fd: int, size: int
     ) -> Session:
         live = _Live(path, fd, size)
-
-        def sink(event: Event, line: bytes) -> None:
-            self._enqueue(live, line)
-
+        sink = functools.partial(self._enqueue, live)  # no closure frame per event (issue 13)
         live.session = Session(header, events, line_sink=sink, clock=self._clock)
         self._live[live.session.id] = live
         self.io.attach(path, fd)  # batches go through the locked descriptor (issue 13)
@@ -200,8 +197,8 @@ class SessionStore:
 
     # -- write-behind --------------------------------------------------------------------------
 
-    def _enqueue(self, live: _Live, line: bytes) -> None:
-        """The Session sink: synchronous; raising here keeps the event out of the log."""
+    def _enqueue(self, live: _Live, event: Event, line: bytes) -> None:
+        """The Session's line sink: synchronous; raising here keeps the event out of the log."""
         live.queue.append(line)
         # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
         if live.timer is None and live.writer is None and live.barrier is None:
@@ -237,7 +234,10 @@ class SessionStore:
         count = len(live.queue)
         data = b"".join(live.queue)
         try:
-            size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+            if self.io.__class__ is FileIO:  # the real I/O: one frame through the held descriptor
+                size = append_held(live.lock_fd, live.path, data, self.fsync, live.committed)
+            else:  # a double: through its methods
+                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
         except Exception as exc:
             live.error = exc
             logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)

@@ -125,6 +125,36 @@ async def test_usage_defaults_to_10_5_and_finish_to_stop_without_tool_calls() ->
     assert await collect(replay) == [TextDelta("hi"), Usage(10, 5), Finish("stop")]
 
 
+async def test_a_reply_without_tool_calls_is_served_from_its_fields_with_the_same_chunks() -> None:
+    """Issue 13: such replies skip `model_dump` (`_build_plain`); the chunks are `_build`'s."""
+    replay = provider(
+        {
+            "root": {
+                "replies": [
+                    {"reasoning": "why", "text": "hi", "usage": {"inputTokens": 7, "outputTokens": 2},
+                     "finish": "max-tokens"},
+                    {"reasoning": "only"},
+                    {"text": "braces { } and {{ alone"},
+                    {"text": "", "toolCalls": []},
+                ]
+            }
+        }
+    )
+
+    assert await collect(replay) == [ReasoningDelta("why"), TextDelta("hi"), Usage(7, 2), Finish("max-tokens")]
+    assert await collect(replay) == [ReasoningDelta("only"), Usage(10, 5), Finish("stop")]
+    assert await collect(replay) == [TextDelta("braces { } and {{ alone"), Usage(10, 5), Finish("stop")]
+    assert await collect(replay) == [Usage(10, 5), Finish("stop")]
+
+
+async def test_placeholders_in_a_text_only_reply_resolve_in_text_and_reasoning() -> None:
+    replay = provider({"root": {"replies": [{"reasoning": "r {{session:root}}", "text": "me {{session:root}}"}]}})
+
+    assert await collect(replay) == [
+        ReasoningDelta("r root-session"), TextDelta("me root-session"), Usage(10, 5), Finish("stop"),
+    ]
+
+
 async def test_finish_defaults_to_tool_calls_when_the_reply_has_tool_calls() -> None:
     replay = provider({"root": {"replies": [{"toolCalls": [sa("start")]}]}})
 

@@ -283,3 +283,38 @@ def test_a_failed_encode_leaves_no_circular_marker_behind() -> None:
     del shared["back"]
     event = session.append("turn/start", {"x": cyclic, "y": shared})
     assert event["data"] == {"x": {"shared": {"k": "v"}}, "y": {"k": "v"}}
+
+
+def test_a_failed_owned_encode_is_refused_and_leaves_no_marker_behind() -> None:
+    """`append_owned` encodes inline (issue 13): a non-JSON or circular value is INVALID_EVENT, the
+    log and the sink stay untouched, and the reused encoder's markers are emptied."""
+    lines: list[bytes] = []
+    session = new_session(line_sink=lambda event, line: lines.append(line))
+    shared: dict[str, Any] = {"k": "v"}
+    cyclic: dict[str, Any] = {"shared": shared}
+    shared["back"] = cyclic
+    for bad in ({"x": cyclic}, {"x": math.nan}, {"x": {1, 2}}):
+        with pytest.raises(SessionError) as info:
+            session.append_owned("turn/start", bad)
+        assert info.value.code == "INVALID_EVENT"
+    assert session.events == [] and lines == []
+    del shared["back"]
+    event = session.append_owned("turn/start", {"x": cyclic, "y": shared})
+    assert event["data"] == {"x": {"shared": {"k": "v"}}, "y": {"k": "v"}}
+
+
+def test_the_line_sink_gets_exactly_encode_line_of_each_event() -> None:
+    """The line is built inline from the data's text (issue 13): it must be `encode_line(event)`
+    byte for byte, owned or copied, ignorable or not, a first-seen type, and lone surrogates."""
+    from dsh.loader.session.envelope import encode_line
+
+    pairs: list[tuple[Event, bytes]] = []
+    session = new_session(line_sink=lambda event, line: pairs.append((event, line)))
+    session.append_owned("turn/start", {"turn": 1, "t": "é \u2028 \"q\""})
+    session.append("user/message", {"id": "m", "content": [{"type": "text", "text": "x"}], "n": (1, 2)})
+    session.append_owned("x/never-seen-before", {"a": [1.5, None, True]}, ignorable=True)
+    session.append_owned("x/never-seen-before", {"a": 2}, ignorable=True)
+    session.append_owned("turn/start", {"bad": "\ud800"})
+    assert len(pairs) == 5
+    for event, line in pairs:
+        assert line == encode_line(event)
