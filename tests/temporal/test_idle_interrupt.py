@@ -31,6 +31,7 @@ from dsh.loader.engines.turn import run_turn
 from dsh.loader.engines.wire import Delivery, InterruptAt, PollReply
 from dsh.loader.ndjson import RecordStream
 from dsh.loader.session import SessionStore
+from dsh.loader.session.envelope import validate_log
 from dsh.loader.sinks import RunSinks
 
 SCRIPT = "version: 1\nname: idle\ntask: A.\nagents:\n  root:\n    replies:\n      - text: A_OK\n      - text: B_OK\n"
@@ -83,8 +84,9 @@ async def test_an_interrupt_that_reached_the_idle_agent_is_not_applied_again_by_
     retry = WorkflowLikeLink(deliveries=[*spec.deliveries, b], turn_interrupts=[stop])
     again = await asyncio.wait_for(run_turn(spec, retry, retry=True), 20)
     assert (again.taken, again.stop_reason, again.output, again.violations) == (2, "completed", "B_OK", [])
-    ends = [e["data"]["reason"] for e in SessionStore(tmp_path).read(spec.agent.session_id).events
-            if e["type"] == "turn/end"]
+    log = SessionStore(tmp_path).read(spec.agent.session_id).events
+    validate_log(log)  # the note is an ignorable event: the log stays valid (§5.1)
+    ends = [e["data"]["reason"] for e in log if e["type"] == "turn/end"]
     # Turn 2 closed `interrupted` by the crash repair, then continued to its end (as the local
     # engine ran it): not stopped by the interrupt a second time.
     assert ends == [{"kind": "completed"}, {"kind": "interrupted"}, {"kind": "completed"}]
