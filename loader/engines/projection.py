@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsh.loader.engines.interrupts import INTERRUPT_EVENT
 from dsh.loader.ndjson import record, retry_record
 from dsh.loader.sinks import RunSinks
 
@@ -124,6 +125,8 @@ class TreeTail:
     # -- what one event means ---------------------------------------------------------------
     def _event(self, tail: SessionTail, event: dict[str, Any]) -> None:
         sid, kind, data = tail.session_id, event["type"], event["data"]
+        if kind == INTERRUPT_EVENT:
+            return  # the engine's own note (interrupts.py); the local engine has no such event
         if self.sinks.on_event is not None:
             self.sinks.on_event(sid, event)
         self._emit(record("event", sessionId=sid, event=event))

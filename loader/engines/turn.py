@@ -16,9 +16,10 @@ Invariants:
   when the agent went idle: the workflow keeps such a child resident and runs no turn for it.
 - a retry finishes what the dead attempt left: restored inbox work, else the cut-off turn;
 - an interrupt is applied once across attempts: the log says how many of this turn's interrupts
-  a dead attempt applied (`interrupts_in_log`); a retry does not apply those again, and the work
-  the last of them parked stays parked. One that the log does not show was not applied (its
-  aborted `turn/end` is not durable: the log is in order), so the retry applies it.
+  a dead attempt applied (interrupts.py: an aborted `turn/end`, or the `engine/interrupt` note of
+  one that reached the idle agent); a retry does not apply those again, and the work the last of
+  them parked stays parked. One that the log does not show was not applied (the log is in order),
+  so the retry applies it.
 - without a transcript the provider is the worker's own live one (`LiveModel`: its `model.*`
   settings, the key from its environment): no key is in any input, result or heartbeat;
 - every spawn, model request and reply's tokens are charged to the tree's budget in the root
@@ -39,6 +40,7 @@ from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
+from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
 from dsh.loader.engines.wire import (
     Charge,
     Delivery,
@@ -55,7 +57,7 @@ from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, Repla
 from dsh.loader.models.budget import RunBudget, RunLimits
 from dsh.loader.session import Session, make_header
 from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
-from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_holds_message
+from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
@@ -69,7 +71,7 @@ NOTICE_LIMIT = 512 * 1024
 """Bytes of JSON a child's notice may take in its turn's result (Temporal's payload limit is 2 MB;
 the rest of the result, and the parent's next turn input that carries the notice, need room)."""
 
-__all__ = ["LiveModel", "TreeBudget", "WorkflowLink", "interrupts_in_log", "run_turn"]
+__all__ = ["LiveModel", "TreeBudget", "WorkflowLink", "run_turn"]
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +284,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     def cancel(at: InterruptAt) -> None:
         nonlocal applied
         applied += 1
-        agent.cancel(cast(Any, at.cause), keep_inbox=True)  # §10.3: queued work stays, parked
+        apply_interrupt(agent, at.cause, spec.seq, applied)  # §10.3: queued work stays, parked
 
     def apply(reply: PollReply) -> None:
         base = spec.offset + taken
@@ -312,7 +314,8 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         cut_off = retried and turn_cut_off(agent.session.events)
         interrupted = False
         if retried:
-            applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in spec.deliveries})
+            applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in spec.deliveries},
+                                                     spec.seq)
         for d in spec.deliveries:
             deliver(d)
         # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
@@ -347,28 +350,6 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         result.violations += fences.violations
         result.fences_engaged = list(fences.engaged)
     return result
-
-
-def interrupts_in_log(events: list[Any], slice_ids: set[str]) -> tuple[int, bool]:
-    """A retried turn's interrupts that its dead attempt applied, read from the log: each one
-    applied ended a turn `aborted` by its cause (`user` or `parent`), after the first event that
-    holds one of this turn's deliveries (what came before belongs to earlier turns). Returns how
-    many, and whether the last turn of this slice ended so (its queued work is parked).
-
-    An interrupt applied to an idle agent ends no turn and is not counted: applied again to the
-    retry, it cancels the retry's turn if one runs (README, "Not yet")."""
-    start = next((i for i, e in enumerate(events) if any(holds_message([e], m) for m in slice_ids)), None)
-    if start is None:
-        return 0, False
-    held, last = 0, False
-    for event in events[start:]:
-        if event["type"] == "turn/start":
-            last = False
-        elif event["type"] == "turn/end":
-            reason = event["data"].get("reason") or {}
-            last = reason.get("kind") == "aborted" and (reason.get("reason") or {}).get("kind") in ("user", "parent")
-            held += last
-    return held, last
 
 
 async def _open_agent(tree: Tree, replay: ReplayProvider | None, who: TreeInput) -> Agent:
