@@ -230,12 +230,18 @@ async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
         delay = min(2 * delay, 2.0)
 
 
+# What the server says of an update that met a run closing (continuing as new), unanswered.
+CLOSING_RUN = ("aborted by closing workflow", "unexpected workflow task failure")
+
+
 def _run_closed(exc: BaseException) -> bool:
     """The update met the end of the run it reached (the workflow continued as new): refused
-    before it was accepted, or accepted and never answered. Either way the next run has not seen
-    it, so a read-only update is sent again (to the workflow id: the run current now)."""
+    before it was accepted (also when the server refused the closing task for a signal that came
+    meanwhile: "unexpected workflow task failure"), or accepted and never answered. Either way
+    no run has answered it, so a read-only update is sent again (to the workflow id: the run
+    current now)."""
     if isinstance(exc, RPCError):
-        return "aborted by closing workflow" in exc.message
+        return any(text in exc.message for text in CLOSING_RUN)
     if isinstance(exc, WorkflowUpdateFailedError):
         cause = exc.cause
         return isinstance(cause, ApplicationError) and "AcceptedUpdateCompletedWorkflow" in str(cause)
