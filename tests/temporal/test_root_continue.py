@@ -62,16 +62,23 @@ def conversation(steps: int) -> str:
 
 
 async def runs_of(client: Client, workflow_id: str) -> list[dict[str, Any]]:
-    """The input of every run of `workflow_id`, the first first (the continue-as-new chain)."""
+    """The input of every run of `workflow_id`, the first first (the continue-as-new chain), with
+    the number of turn activities it scheduled under `turns`."""
     inputs: list[dict[str, Any]] = []
     run_id: str | None = None
     while True:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         started = history.events[0].workflow_execution_started_event_attributes
-        inputs.insert(0, json.loads(started.input.payloads[0].data))
+        turns = sum(e.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn"
+                    for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
+        inputs.insert(0, {**json.loads(started.input.payloads[0].data), "turns": turns})
         run_id = started.continued_execution_run_id or None
         if run_id is None:
             return inputs
+
+
+def turns_in_log(home: Path, session_id: str) -> int:
+    return sum(e["type"] == "turn/start" for e in SessionStore(home).read(session_id).events)
 
 
 def root_notices(home: Path, root_id: str) -> list[str]:
@@ -85,6 +92,8 @@ async def test_the_root_continues_as_new_with_children_resident_and_each_notice_
     capped: Client, tmp_path: Path
 ) -> None:
     script = chain(CHAIN)
+    # Every 10 updates: each root run spans a turn or two, so some children's results reach the run
+    # that started them as well as their signal.
     runs = await asyncio.wait_for(both(capped, tmp_path, script, {}, temporal={"continue_as_new_updates": 10}), BACKSTOP)
     (local, local_flow), (remote, remote_flow) = runs
     assert (remote.stop_reason, remote.output, remote.violations, remote.exit_code) == ("completed", f"NOTED{CHAIN}", [], 0)
@@ -97,6 +106,9 @@ async def test_the_root_continues_as_new_with_children_resident_and_each_notice_
     inputs = await runs_of(capped, remote.root_session_id)
     resident = [len((i.get("carried") or {}).get("resident") or []) for i in inputs[1:]]
     assert len(inputs) >= 3 and all(resident[:2]), resident  # ≥ 2 continue-as-news, children resident
+    # A notice entered twice (its signal and the child's result) would wake the root for a turn
+    # activity that finds it in the log already: one activity per turn in the log, no more.
+    assert sum(i["turns"] for i in inputs) == turns_in_log(tmp_path / "temporal", remote.root_session_id) == CHAIN + 1
 
 
 async def test_a_conversation_of_more_model_requests_than_the_update_cap_keeps_the_local_budget(
