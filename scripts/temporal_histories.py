@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT / "tests" / "temporal"))
 
 TRANSCRIPTS = ["hello", "background-settlement", "report-then-settle", "interrupt-parked-resume", "followups-checkpoint-failure"]
 # Recorded under another name with `temporal.continueAsNewAfter` set, so each run of a residency
-# continued as new (the ContinueAsNew command and the carried input) replays too.
+# continued as new (the ContinueAsNew command and the carried input) replays too; since the root
+# continues as new with children resident, the root's two runs are recorded as well.
 CONTINUED = {"continued-as-new": ("interrupt-parked-resume", 1)}
 
 

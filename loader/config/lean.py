@@ -98,6 +98,7 @@ _SECTIONS = (
         _f("namespace", ("str", {"min_length": 1}), "default"),
         _f("task_queue", ("str", {"min_length": 1}), "dsh"),
         _f("continue_as_new_after", ("opt", _ints(1)), None),
+        _f("continue_as_new_updates", _ints(1), 1_000),
         _f("heartbeat_timeout_seconds", _duration("gt"), 60.0),
     )),
 )

@@ -135,6 +135,9 @@ class TemporalConfig(_Schema):
     # A child's workflow continues as new between turns once its history holds this many events
     # (before Temporal's own suggestion, which comes ahead of the 51,200-event / 50 MB limits).
     continue_as_new_after: Annotated[int, Field(ge=1)] | None = None
+    # Any agent's workflow continues as new between turns once its run took this many updates (a
+    # server caps a run at `history.maxTotalUpdates`, 2,000 by default; a root's children resident).
+    continue_as_new_updates: Annotated[int, Field(ge=1)] = 1_000
     # A turn whose worker went silent this long is retried on another (issue 12 item 5); a live
     # worker heartbeats well within it (per model chunk, and a third of it apart while held).
     heartbeat_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 60.0

@@ -80,6 +80,9 @@ class RunSpec:
     task_queue: str = "dsh"
     parked: str = "wait"  # run.parked (SPEC §17.2): what a stalled tree does, `wait` or `release`
     continue_as_new_after: int | None = None  # temporal.continueAsNewAfter: history events per run
+    # temporal.continueAsNewUpdates: updates one run takes before it continues as new between turns
+    # (a server caps a run at `history.maxTotalUpdates`, 2,000 by default; a turn needs headroom).
+    continue_as_new_updates: int = 1_000
     heartbeat_seconds: float = HEARTBEAT_TIMEOUT.total_seconds()  # temporal.heartbeatTimeoutSeconds
     # No transcript: the worker's live provider (its own model.* settings and key; README "Live
     # providers"). Only the model's name crosses the wire, never an endpoint's key.
@@ -120,9 +123,11 @@ class TreeInput:
 
 @dataclass
 class Carried:
-    """What a child's workflow passes to the run it continues as (its residency goes on): the
+    """What an agent's workflow passes to the run it continues as (its residency goes on): the
     queue's state and what its result accumulates. `deliveries` of the new run are the pending
-    ones (`deliveries[handed:]`); no turn runs and no child is resident when it continues."""
+    ones (`deliveries[handed:]`); no turn runs when it continues. Its resident children go on
+    (started `ABANDON`, they signal their notice to the current run), and a root passes on the
+    tree's budget, the charges' answers and the fence board."""
 
     parked: list[str] = field(default_factory=list)
     children: list[ChildRef] = field(default_factory=list)
@@ -132,6 +137,14 @@ class Carried:
     agent_key: str | None = None
     runs: int = 1  # runs of this residency so far
     seen: int = 0  # the parent's follow-ups received so far (ChildState.seen)
+    resident: list[str] = field(default_factory=list)  # children whose notice is still due
+    sent: dict[str, int] = field(default_factory=dict)  # resident child -> follow-ups delivered to it
+    stalled: list[ChildState] = field(default_factory=list)  # what resident children last told
+    budget: list[int] = field(default_factory=list)  # the root: [children, requests, tokens] counted
+    exhausted: str | None = None  # the root: RunBudget.exhausted
+    charged: dict[str, list[Any]] = field(default_factory=dict)  # the root: charge source -> [batch, answers]
+    facts: list[list[Any]] = field(default_factory=list)  # the root: the fence board, in order
+    fact_last: list[list[Any]] = field(default_factory=list)  # the root: [publisher, its last fact's index]
 
 
 @dataclass

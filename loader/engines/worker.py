@@ -7,13 +7,16 @@ workflow that runs the turn, and the activity heartbeat.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import os
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
 
 __all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
+
+logger = logging.getLogger(__name__)
 
 
 # Temporal holds at most 10 updates in flight on one workflow (more are refused, ResourceExhausted,
@@ -104,7 +109,7 @@ class _Link:
         await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
 
     async def facts_after(self, after: int) -> list[list[Any]]:
-        return await self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source])
+        return await _resent(lambda: self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source]))
 
     async def charge(self, charge: Charge) -> Charged:
         if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
@@ -114,16 +119,25 @@ class _Link:
 
 
 _CHARGES: dict[str, _Batched[Charge, Charged]] = {}  # root workflow id -> its batcher here, while busy
+# This process as a source of charges, and its batches' numbers (one batch in flight per root).
+_SOURCE = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+_BATCHES = itertools.count(1)
+# Queries that found their batch not yet counted, before the charge fails loudly.
+CHARGE_READS = 20
 
 
 def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Batched[Charge, Charged]:
-    """This worker process's charges to one root's budget, batched (update `charge_many`). A
-    fan-out's turns each charge a spawn and a request; one update apiece would spend the root's
-    2,000 updates per run at about 700 children and crowd its 10 in flight."""
+    """This worker process's charges to one root's budget, batched: signal `charges`, then query
+    `charged` for the answers. A signal, not an update: a server caps the updates of one workflow
+    run (2,000 by default) and a tree's charges are one per model request and spawn; a query
+    adds nothing to history and sees every signal accepted before it (the server answers it
+    after the workflow task that takes the signal)."""
     found = _CHARGES.get(root.id)
     if found is None:
         async def send(batch: list[Charge]) -> list[Charged]:
-            return await _pressed(lambda: root.execute_update(AgentWorkflow.charge_many, batch))
+            number = next(_BATCHES)
+            await root.signal(AgentWorkflow.charges, args=[_SOURCE, number, batch])
+            return await _answers(root, number)
 
         def idle() -> None:
             if _CHARGES.get(root.id) is found:
@@ -131,6 +145,19 @@ def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Batched[Charge
 
         found = _CHARGES[root.id] = _Batched(send, on_idle=idle)
     return found
+
+
+async def _answers(root: WorkflowHandle[AgentWorkflow, TreeResult], number: int) -> list[Charged]:
+    delay = 0.05
+    for _ in range(CHARGE_READS):
+        answers = await root.query(AgentWorkflow.charged, args=[_SOURCE, number])
+        if answers is not None:
+            return answers
+        # Flow control, not an ordering: a query answered before the signal's workflow task ran.
+        logger.info("charge batch %d of %s not counted yet on %s", number, _SOURCE, root.id)
+        await asyncio.sleep(random.uniform(0.0, delay))
+        delay = min(2 * delay, 1.0)
+    raise RuntimeError(f"the root {root.id} never counted charge batch {number} of {_SOURCE}")
 
 
 _Q = TypeVar("_Q")
@@ -201,6 +228,35 @@ async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
                 raise
         await asyncio.sleep(random.uniform(0.0, delay))
         delay = min(2 * delay, 2.0)
+
+
+# What the server says of an update that met a run closing (continuing as new), unanswered.
+CLOSING_RUN = ("aborted by closing workflow", "unexpected workflow task failure")
+
+
+def _run_closed(exc: BaseException) -> bool:
+    """The update met the end of the run it reached (the workflow continued as new): refused
+    before it was accepted (also when the server refused the closing task for a signal that came
+    meanwhile: "unexpected workflow task failure"), or accepted and never answered. Either way
+    no run has answered it, so a read-only update is sent again (to the workflow id: the run
+    current now)."""
+    if isinstance(exc, RPCError):
+        return any(text in exc.message for text in CLOSING_RUN)
+    if isinstance(exc, WorkflowUpdateFailedError):
+        cause = exc.cause
+        return isinstance(cause, ApplicationError) and "AcceptedUpdateCompletedWorkflow" in str(cause)
+    return False
+
+
+async def _resent(call: Callable[[], Awaitable[_T]]) -> _T:
+    """A read-only long-poll, sent again while the runs it reaches continue as new."""
+    while True:
+        try:
+            return await call()
+        except (RPCError, WorkflowUpdateFailedError) as exc:
+            if not _run_closed(exc):
+                raise
+            logger.info("an update met a run continuing as new; sent again: %r", exc)
 
 
 class TurnActivities:

@@ -30,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ParentClosePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
@@ -71,18 +73,32 @@ RESUME_TIMEOUT = timedelta(seconds=30)
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
+# The patch that lets any agent's run continue as new with children resident (issue 12 "Not yet"
+# item 3): children start ABANDON and signal their result to the parent's current run. Runs
+# recorded before it (no marker) replay the old way: only a child, only with no child resident.
+HANDOVER_PATCH = "continue-with-children"
+# A cold resume of a child whose last run signalled its notice but has not closed yet waits this
+# long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
+RESTART_WAIT = timedelta(milliseconds=200)
+RESTART_TRIES = 50
 
 
 @workflow.defn(name="dsh.agent")
 class AgentWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, input: TreeInput) -> None:
+        """The run's state from its input, before any handler runs: a signal (a child's notice, a
+        delivery) may come in the run's first workflow task, ahead of `run`."""
         self._deliveries: list[Delivery] = []
         self._last_waking = -1  # index of the last waking delivery (`_waking`)
         self._handed = 0
         self._turn_seq = -1
         self._ended = 0
         self._running = False
-        self._resident: dict[str, asyncio.Task[None]] = {}
+        # Resident children -> the task awaiting the result of the run this run started (None: one
+        # an earlier run started; its notice comes by signal `settled` only).
+        self._resident: dict[str, asyncio.Task[None] | None] = {}
+        self._entered: set[str] = set()  # notice ids entered by this run: a child's notice comes twice
         self._input: TreeInput | None = None
         self._violations: list[dict[str, Any]] = []
         self._engaged: list[bool] = []
@@ -103,28 +119,30 @@ class AgentWorkflow:
         self._releasing = False
         self._released: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
-        self._budget = RunBudget()  # the root: the tree's run budget (update `charge`)
+        self._budget = RunBudget()  # the root: the tree's run budget (signal `charges`)
+        self._charged: dict[str, list[Any]] = {}  # charge source -> [its last batch, the answers]
+        self._updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
+        self._calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
+        self._handing_over = False  # about to continue as new: the board's long-polls return
+        # HANDOVER_PATCH: any agent continues as new, children resident or not.
+        self._anywhere = workflow.patched(HANDOVER_PATCH)
+        self._input = input
+        for d in input.deliveries:
+            self._accept(d)
+        self._restore(input.carried or Carried())
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
-        self._input = input
-        self._budget = RunBudget(RunLimits(input.run.max_children, input.run.max_requests, input.run.max_tokens_total))
-        for d in input.deliveries:
-            self._accept(d)
         carried = input.carried or Carried()
-        self._parked, self._children = list(carried.parked), list(carried.children)
-        self._told_stalled, self._key = carried.told_stalled, carried.agent_key
-        self._violations, self._engaged = list(carried.violations), list(carried.fences_engaged)
-        self._seen = carried.seen
         last: TurnResult | None = None
         while True:
             if self._continue_due():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                if self._continue_due():
-                    workflow.continue_as_new(self._carry(carried.runs))
+                await self._handover(carried.runs)
             # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident,
             # nothing parked. An injected delivery alone wakes no one (SPEC §6.2).
             await workflow.wait_condition(self._due)
+            if self._anywhere and self._continue_due():
+                continue
             if input.parent_id is not None and self._stall_changed():
                 await self._stall_report()
                 continue
@@ -145,6 +163,21 @@ class AgentWorkflow:
             break
         self._closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
+        result = self._result(last)
+        if input.parent_id is not None and self._anywhere:
+            # The notice to the parent's current run (it may have continued as new since it
+            # started this one, and a closed run's child result goes nowhere); the parent enters
+            # it once, by its notice id, whichever of this signal and the result comes first.
+            target = agent_workflow_id(input.run.root_id, input.parent_id)
+            try:
+                await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
+            except Exception:  # the parent's run has ended (never while this child is resident)
+                workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
+        return result
+
+    def _result(self, last: TurnResult | None) -> TreeResult:
+        input = self._input
+        assert input is not None
         if last is None:
             return TreeResult(session_id=input.session_id, stop_reason="completed")
         return TreeResult(
@@ -161,31 +194,76 @@ class AgentWorkflow:
             budget=self._budget.summary() if input.parent_id is None else {},
         )
 
-    # -- continue-as-new (issue 12 item 2) --------------------------------------------------
+    # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
     def _continue_due(self) -> bool:
-        """A long-lived child continues as new between turns, before the history limits: when
-        Temporal suggests it or its history reached `temporal.continueAsNewAfter`. Only while
-        still resident with nothing in flight: no turn, no resident child (their results come to
-        this run's handles), no interrupt waiting for the next turn, not releasing."""
+        """An agent's run continues as new between turns, before the server's limits: when
+        Temporal suggests it, its history reached `temporal.continueAsNewAfter` events or it took
+        `temporal.continueAsNewUpdates` updates. Only while it has work ahead (parked, waking
+        deliveries pending, or children resident) and no turn runs, no interrupt waits for the
+        next turn and it is not releasing. Before HANDOVER_PATCH: only a child, no child resident."""
         assert self._input is not None
-        if self._input.parent_id is None or self._running or self._resident or self._releasing or not self._ended:
+        if self._running or self._releasing or not self._ended:
             return False  # `not self._ended`: each run takes at least one turn, so runs cannot chain idly
-        if not (self._parked or self._waking()) or self._interrupts.get(self._ended):
+        if not self._anywhere and (self._input.parent_id is None or self._resident):
+            return False
+        if not (self._parked or self._waking() or self._resident) or self._interrupts.get(self._ended):
             return False
         info = workflow.info()
-        limit = self._input.run.continue_as_new_after
-        return info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+        run = self._input.run
+        limit = run.continue_as_new_after
+        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+                or (self._anywhere and self._updates >= run.continue_as_new_updates))
+
+    async def _handover(self, runs: int) -> None:
+        """Continue as new once the handlers in flight have finished: `message_child` and the
+        updates of the running turns (none of this agent's own; other agents' charges are signals)
+        end by themselves; then the board's long-polls return what they have (their callers poll
+        again, reaching the new run) and the run continues as new in that same workflow task."""
+        if self._anywhere:
+            await workflow.wait_condition(lambda: self._calls == 0)
+            self._handing_over = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._continue_due():
+            workflow.continue_as_new(self._carry(runs))
+        self._handing_over = False
 
     def _carry(self, runs: int) -> TreeInput:
         assert self._input is not None
+        b = self._budget
         carried = Carried(parked=list(self._parked), children=list(self._children), told_stalled=self._told_stalled,
                           violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
-                          runs=runs + 1, seen=self._seen)
+                          runs=runs + 1, seen=self._seen, resident=list(self._resident), sent=dict(self._sent),
+                          stalled=list(self._stalled.values()), budget=[b.children, b.requests, b.tokens],
+                          exhausted=b.exhausted, charged=dict(self._charged), facts=list(self._facts),
+                          fact_last=[[k, i] for k, i in self._fact_last.items()])
         return dataclasses.replace(self._input, deliveries=self._deliveries[self._handed:], carried=carried)
+
+    def _restore(self, carried: Carried) -> None:
+        """The bookkeeping of the runs before (`_carry`): no child's notice is lost between the
+        runs, since each is signalled to the workflow id, whichever run is current."""
+        assert self._input is not None
+        run = self._input.run
+        self._parked, self._children = list(carried.parked), list(carried.children)
+        self._told_stalled, self._key = carried.told_stalled, carried.agent_key
+        self._violations, self._engaged = list(carried.violations), list(carried.fences_engaged)
+        self._seen = carried.seen
+        self._resident = dict.fromkeys(carried.resident)
+        self._sent = dict(carried.sent)
+        self._stalled = {s.child_id: s for s in carried.stalled}
+        self._budget = RunBudget(RunLimits(run.max_children, run.max_requests, run.max_tokens_total))
+        if carried.budget:
+            self._budget.children, self._budget.requests, self._budget.tokens = carried.budget
+            self._budget.exhausted = cast(Any, carried.exhausted)
+        self._charged = dict(carried.charged)
+        self._facts = list(carried.facts)
+        self._seen_facts = {tuple(f) for f in self._facts}
+        self._fact_last = {k: i for k, i in carried.fact_last}
 
     def _due(self) -> bool:
         """Something for the main loop to do (see `run`)."""
         if self._input is not None and self._input.parent_id is not None and self._stall_changed():
+            return True
+        if self._anywhere and self._continue_due():  # e.g. a root waiting on children, its updates spent
             return True
         if self._releasing:
             return not self._resident
@@ -329,6 +407,8 @@ class AgentWorkflow:
         """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
         not applied, or nothing once it has ended."""
 
+        self._updates += 1
+
         def unseen() -> list[InterruptAt]:
             return self._interrupts.get(poll.seq, [])[poll.interrupts:]
 
@@ -351,6 +431,7 @@ class AgentWorkflow:
         running workflow, so the caller answers the accepted no-op itself). Fire-and-return: the
         cancel reaches the running turn through its poll, `agent.cancel(cause, keep_inbox=True)`."""
         assert self._input is not None
+        self._updates += 1
         if request.kind == "parent":
             if request.caller not in self._input.ancestors:
                 return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-DESCENDANT")
@@ -371,6 +452,14 @@ class AgentWorkflow:
         resident is started again under its id with the next epoch (a cold resume), after the
         header checks. A child whose run ended while its result is on the way (LOST): wait for the
         notice to enter here, then resume it."""
+        self._updates += 1
+        self._calls += 1
+        try:
+            return await self._message_child(request)
+        finally:
+            self._calls -= 1
+
+    async def _message_child(self, request: MessageChild) -> Answer:
         assert self._input is not None
         run = self._input.run
         child_id = request.child_id
@@ -409,8 +498,13 @@ class AgentWorkflow:
         signal is in the parent's history before this child can settle, so the report precedes
         the notice there (SPEC §11.3)."""
         assert self._input is not None and self._input.parent_id is not None
-        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
-        await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
+        self._updates += 1
+        self._calls += 1
+        try:
+            target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
+            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
+        finally:
+            self._calls -= 1
 
     @workflow.signal
     def fence_facts(self, facts: list[list[Any]], source: str | None = None) -> None:
@@ -427,23 +521,48 @@ class AgentWorkflow:
         """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes.
         It answers once a fact past `after` comes from elsewhere than the polling turn
         (`source`): the turn's own facts are in its fences already, and echoing each back would
-        cost an update per fact (Temporal allows 2,000 per run; issue 12 item 7)."""
-        await workflow.wait_condition(
-            lambda: self._closing or any(i >= after for s, i in self._fact_last.items() if s is None or s != source))
+        cost an update per fact (Temporal allows 2,000 per run; issue 12 item 7). A run about to
+        continue as new answers what it has (maybe nothing): the turn polls again, the next run."""
+        self._updates += 1
+        await workflow.wait_condition(lambda: self._closing or self._handing_over or any(
+            i >= after for s, i in self._fact_last.items() if s is None or s != source))
         return self._facts[after:]
 
     @workflow.update
     def charge(self, charge: Charge) -> Charged:
         """The tree's run budget (root only): every turn of the tree, on any worker, charges its
-        spawns and model requests here, so the limits hold tree-wide as in one process."""
+        spawns and model requests here, so the limits hold tree-wide as in one process. (Runs
+        before signal `charges`; kept so their histories replay.)"""
+        self._updates += 1
         return self._count(charge)
 
     @workflow.update
     def charge_many(self, charges: list[Charge]) -> list[Charged]:
         """Charges of several turns, batched by their worker process (`worker._Charges`): each
         is counted in order as `charge` counts it, so a batch costs one update, not one per model
-        request and spawn (Temporal allows 2,000 updates per run; issue 12 item 7)."""
+        request and spawn (Temporal allows 2,000 updates per run; issue 12 item 7). (Runs before
+        signal `charges`; kept so their histories replay.)"""
+        self._updates += 1
         return [self._count(c) for c in charges]
+
+    @workflow.signal
+    def charges(self, source: str, batch: int, charges: list[Charge]) -> None:
+        """Charges of several turns, batched by their worker process (`worker._charges`), each
+        counted in order as `charge` counts it; the answers are read by query `charged`. A signal,
+        not an update: a server caps a run's updates, and a tree's charges are one per model
+        request and spawn (2,000 requests by default). A source has one batch in flight, so only
+        its last batch's answers are kept (and carried across continue-as-new)."""
+        last = self._charged.get(source)
+        if last is None or last[0] < batch:
+            self._charged[source] = [batch, [self._count(c).refused for c in charges]]
+
+    @workflow.query
+    def charged(self, source: str, batch: int) -> list[Charged] | None:
+        """The answers to `source`'s batch `batch` of `charges`, None before it is counted."""
+        last = self._charged.get(source)
+        if last is None or last[0] != batch:
+            return None
+        return [Charged(refused=r) for r in last[1]]
 
     def _count(self, charge: Charge) -> Charged:
         if charge.kind == "tokens":
@@ -460,6 +579,7 @@ class AgentWorkflow:
     @workflow.update
     async def start_child(self, request: StartChild) -> None:
         """`subagent` in a running turn: start the child's first epoch; returns once it started."""
+        self._updates += 1
         if request.child_id in self._resident:
             return  # a retried turn asked again
         await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
@@ -470,30 +590,57 @@ class AgentWorkflow:
         commands go out in one workflow task) and returns once every one has started. Temporal
         holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
         refused starts at N=300 (issue 12 item 7)."""
+        self._updates += 1
         fresh = [r for r in requests if r.child_id not in self._resident]  # a retried turn asked again
         await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
 
     async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
         assert self._input is not None
         run = self._input.run
-        # Epoch n of the child is run n under the same id: the default id reuse policy allows a
-        # new run once the previous one has closed (a cold resume, SPEC §8.7).
-        handle = await workflow.start_child_workflow(
-            AgentWorkflow.run,
-            TreeInput(
-                run=run, session_id=child_id, deliveries=[first],
-                parent_id=self._input.session_id, depth=depth, descriptor=descriptor,
-                epoch=epoch, cwd=self._input.cwd, ancestors=[*self._input.ancestors, self._input.session_id],
-            ),
-            id=child_workflow_id(run.root_id, child_id),
-            task_queue=run.task_queue,
+        child = TreeInput(
+            run=run, session_id=child_id, deliveries=[first],
+            parent_id=self._input.session_id, depth=depth, descriptor=descriptor,
+            epoch=epoch, cwd=self._input.cwd, ancestors=[*self._input.ancestors, self._input.session_id],
         )
+        # Epoch n of the child is run n under the same id: the default id reuse policy allows a
+        # new run once the previous one has closed (a cold resume, SPEC §8.7). ABANDON: the child
+        # lives on when this run continues as new (it signals its notice to the current run).
+        for attempt in range(RESTART_TRIES):
+            try:
+                if not self._anywhere:
+                    handle = await workflow.start_child_workflow(
+                        AgentWorkflow.run, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue)
+                else:
+                    handle = await workflow.start_child_workflow(
+                        AgentWorkflow.run, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue,
+                        parent_close_policy=ParentClosePolicy.ABANDON)
+                break
+            except WorkflowAlreadyStartedError:
+                # Its last run signalled its notice (so it is not resident) and is closing.
+                if not self._anywhere or attempt == RESTART_TRIES - 1:
+                    raise
+                await workflow.sleep(RESTART_WAIT)
         if not any(c.child_id == child_id for c in self._children):
             self._children.append(ChildRef(child_id=child_id, descriptor=descriptor))
         self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle))
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult]) -> None:
         result = await handle
+        await self._settle(child_id, result)
+
+    @workflow.signal
+    async def settled(self, result: TreeResult) -> None:
+        """A child's run ended (its result, sent before it returns): the notice reaches the run
+        current now, also one that did not start the child (continued as new since)."""
+        await self._settle(result.session_id, result)
+
+    async def _settle(self, child_id: str, result: TreeResult) -> None:
+        """A child's result entered once: it comes as signal `settled` and, to the run that started
+        the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
+        key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
+        if key in self._entered:
+            return
+        self._entered.add(key)
         self._violations.extend(result.violations)
         self._engage(result.fences_engaged)
         if result.notice is not None:
@@ -512,4 +659,4 @@ class AgentWorkflow:
                 await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
         self._stalled.pop(child_id, None)
         self._sent.pop(child_id, None)
-        del self._resident[child_id]
+        self._resident.pop(child_id, None)

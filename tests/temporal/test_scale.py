@@ -5,9 +5,9 @@ with a backoff of seconds) and allows 2,000 per run. A root whose reply starts m
 send one `start_child` update each, all at once, beside its two long-polls: past the limit, the
 starts stalled for seconds or failed (the ~10 s stalls; N=300 hung). Here the server's limit is 4,
 and the test reads the server's own count of refused updates (its metrics): a root that has at
-most four in flight (its turn's two long-polls, one batch of child starts, and one batch of the
-tree's budget charges from this worker process) has none; one update per child start had 18–19
-refusals under a limit of 3, and one update per charge 38 under this one.
+most four in flight (its turn's two long-polls, one batch of child starts, and, before they were
+signals, one batch of the tree's budget charges from this worker process) has none; one update per
+child start had 18–19 refusals under a limit of 3, and one update per charge 38 under this one.
 """
 
 from __future__ import annotations
@@ -77,8 +77,11 @@ async def test_a_reply_starting_many_children_keeps_within_the_servers_in_flight
     names = await update_names(tight_client, result.root_session_id)
     assert names.count("fence_facts_after") <= 1  # at most the answer at close
     assert names.count("start_children") < CHILDREN  # batched
-    # The budget's charges (12 spawns, 12 + 3 model requests) are batched per worker process too.
-    assert "charge" not in names and 0 < names.count("charge_many") < 2 * CHILDREN + 3
+    # The budget's charges (12 spawns, 12 + 3 model requests) are batched per worker process too,
+    # and are signals: none of the run's capped updates (history.maxTotalUpdates).
+    assert "charge" not in names and "charge_many" not in names
+    signals = await signal_names(tight_client, result.root_session_id)
+    assert 0 < signals.count("charges") < 2 * CHILDREN + 3
 
 
 async def update_names(client: Client, workflow_id: str) -> list[str]:
@@ -86,6 +89,13 @@ async def update_names(client: Client, workflow_id: str) -> list[str]:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     return [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
             for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+
+
+async def signal_names(client: Client, workflow_id: str) -> list[str]:
+    """The name of every signal the workflow received, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [e.workflow_execution_signaled_event_attributes.signal_name
+            for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")]
 
 
 def refused_updates() -> int:

@@ -65,11 +65,14 @@ CASES = {
 }
 
 
-async def both(client: Client, tmp_path: Path, script: str, limits: dict[str, Any]) -> list[tuple[RunResult, Flow]]:
+async def both(client: Client, tmp_path: Path, script: str, limits: dict[str, Any],
+               temporal: dict[str, Any] | None = None) -> list[tuple[RunResult, Flow]]:
+    """`script` on the local engine, then on Temporal (`temporal`: `temporal.*` settings)."""
     path = tmp_path / "script.yaml"
     path.write_text(script)
     plan = plan_flow(path)
-    config: Config = plan.config.model_copy(update={"limits": plan.config.limits.model_copy(update=limits)})
+    config: Config = plan.config.model_copy(update={"limits": plan.config.limits.model_copy(update=limits),
+                                                    "temporal": plan.config.temporal.model_copy(update=temporal or {})})
     runs = []
     for engine in ("local", "temporal"):
         home = tmp_path / engine
