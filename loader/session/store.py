@@ -49,6 +49,7 @@ is the public, stable way to install a failing double; see `_fileio` for the con
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import functools
 import json
@@ -71,6 +72,8 @@ from dsh.loader.texts import render
 __all__ = ["FileIO", "SessionStore", "StoreIO", "append_batch"]
 
 logger = logging.getLogger(__name__)
+
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 class _Live:
     """Per-session store state; touched only on the loop thread."""
@@ -125,6 +128,7 @@ class SessionStore:
     ) -> None:
         self.home = Path(home)
         self.sessions_dir = self.home / "sessions"
+        self._sessions_str = str(self.sessions_dir)
         self.batch_delay_ms = batch_delay_ms
         self.fsync = fsync
         self.io: StoreIO = io if io is not None else FileIO()
@@ -144,10 +148,18 @@ class SessionStore:
         return self.sessions_dir / session_id / "session.jsonl"
 
     def exists(self, session_id: str) -> bool:
+        """True when the id's directory exists (materialized, or a creation began): its file can
+        exist only inside it, so one `stat` of the directory answers what `path.exists() or
+        path.parent.exists()` did with two and three `Path` objects (issue 13: once per child)."""
         if not is_valid_session_id(session_id):
             return False
-        path = self.path(session_id)
-        return path.exists() or path.parent.exists()
+        try:
+            os.stat(os.path.join(self._sessions_str, session_id))
+        except OSError as exc:
+            if exc.errno in _ABSENT:  # what `Path.exists` reads as "no"; other errors propagate
+                return False
+            raise
+        return True
 
     def is_live(self, session_id: str) -> bool:
         return session_id in self._live

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from dsh.loader.agent import Agent, user_message
 from dsh.loader.emitter import Emitter
 from dsh.loader.ids import is_valid_session_id, new_child_id
 from dsh.loader.session import Session, make_header
-from dsh.loader.subagents.activation import Activation
+from dsh.loader.subagents.activation import Activation, Ancestry
 from dsh.loader.subagents.coldresume import read_resumable
 from dsh.loader.subagents.config import AgentFactory, ManagerConfig, Materialization
 from dsh.loader.subagents.epochs import EPOCH_EVENT, next_epoch
@@ -323,7 +322,7 @@ class ContinuationManager:
                 child_id=child_id,
                 parent_session=parent.id,
                 agent=agent,
-                ancestry=weakref.WeakSet([agent, *self.live_lineage(parent)]),
+                ancestry=Ancestry([agent, *self.live_lineage(parent)]),
                 boundary=len(agent.session.events),
                 epoch=epoch,
             )

@@ -23,14 +23,13 @@ than silently reported as aborted.
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dsh.loader.agent import Inbox, Message, user_message
 from dsh.loader.errors import DshError, SessionError, error_chain
 from dsh.loader.session import Event, Session
-from dsh.loader.subagents.activation import Activation
+from dsh.loader.subagents.activation import Activation, Ancestry
 from dsh.loader.subagents.epochs import (
     CONTINUE_FORM,
     EPOCH_EVENT,
@@ -250,7 +249,7 @@ def install_recovered(
         child_id=agent.id,
         parent_session=parent.id,
         agent=agent,
-        ancestry=weakref.WeakSet([agent, *m.live_lineage(parent)]),
+        ancestry=Ancestry([agent, *m.live_lineage(parent)]),
         boundary=boundary,
         epoch=epoch,
         announced=True,  # it continues accepted work, holds restored work, or owns children that do

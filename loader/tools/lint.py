@@ -74,6 +74,7 @@ def transcript_problems(transcript: Transcript) -> list[tuple[Loc, str]]:
         call.id for s in spec.agents.values() for r in s.replies for call in r.tool_calls or [] if call.name == "subagent"
     }
     visible = _visible_tools(transcript)
+    keys = set(spec.agents)  # once: a set per reply made the lint O(N²) in a fan-out's N (issue 13)
     problems: list[tuple[Loc, str]] = []
     for key, script in spec.agents.items():
         for r, reply in enumerate(script.replies):
@@ -102,7 +103,7 @@ def transcript_problems(transcript: Transcript) -> list[tuple[Loc, str]]:
                         text = _ARG_TEXT.get(err["type"], err["msg"])
                         problems.append((where, f"{call.name}: {text}"))
             problems.extend(_placeholder_problems(reply.model_dump(by_alias=True, exclude_none=True), base,
-                                                  spawn_calls, set(spec.agents)))
+                                                  spawn_calls, keys))
     return problems
 
 

@@ -106,6 +106,16 @@ def test_exists_is_false_for_unknown_and_invalid_ids(store: SessionStore) -> Non
     assert not store.exists(SID) and not store.exists("../x")
 
 
+def test_exists_is_true_for_a_directory_whose_creation_began(store: SessionStore) -> None:
+    """An id whose directory exists is taken even without its file (a killed creation leaves one):
+    a new child must not reuse it; a file where the sessions directory should be reads as absent."""
+    store.path(SID).parent.mkdir(parents=True)
+    assert store.exists(SID) and not store.exists("session-t")
+    blocked = SessionStore(store.home / "sessions" / SID)  # its "sessions" dir would be under a dir
+    (store.home / "sessions" / SID / "sessions").write_text("not a directory")
+    assert not blocked.exists("session-u")
+
+
 # -- write-behind -------------------------------------------------------------------------------
 
 

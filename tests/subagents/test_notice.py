@@ -535,3 +535,15 @@ async def test_notice_to_a_parent_whose_own_disposal_is_open_is_injected(make_tr
     await reach(tree.wait_quiet(root))
     assert [m["source"]["senderSessionId"] for m in entered(log(tree, root), "subagent-settled")] == [middle_id]
     assert_script_consumed(tree)
+
+
+def test_notice_id_is_the_uuid5_of_child_and_epoch() -> None:
+    """A notice's id must stay the uuid5 of `child/epoch` in the fixed namespace: a resumed process
+    recomputes it to find the notice an older process wrote (epochs.py), so the format is durable."""
+    import uuid
+
+    from dsh.loader.subagents.epochs import _NOTICE_NAMESPACE, notice_id
+
+    for child, epoch in [("a1b2c3d4e5f60718", 1), ("ffffffffffffffff", 12), ("ünï", 3), ("", 0)]:
+        assert notice_id(child, epoch) == str(uuid.uuid5(_NOTICE_NAMESPACE, f"{child}/{epoch}"))
+    assert notice_id("a1b2c3d4e5f60718", 1) != notice_id("a1b2c3d4e5f60718", 2)
