@@ -28,6 +28,7 @@ __all__ = [
     "ResumeFound",
     "TURN_TIMEOUT",
     "Delivery",
+    "FailedRun",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -223,6 +224,17 @@ class ResumeCheck:
     home: str
     parent_id: str
     child_id: str
+
+
+@dataclass
+class FailedRun:
+    """A child's run failed (`ChildWorkflowError`): activity `dsh.settle_failed` settles its epoch
+    from the log (settle.py); `failure` is the error chain the parent's history holds."""
+
+    home: str
+    child_id: str
+    epoch: int | None
+    failure: str
 
 
 @dataclass

@@ -34,6 +34,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         ChildRef,
         ChildState,
         Delivery,
+        FailedRun,
         Interrupt,
         InterruptAt,
         MessageChild,
@@ -68,6 +70,7 @@ __all__ = ["AgentWorkflow"]
 TURN_ACTIVITY = "dsh.turn"
 RESUME_ACTIVITY = "dsh.resume_check"
 RESUME_TIMEOUT = timedelta(seconds=30)
+SETTLE_ACTIVITY = "dsh.settle_failed"
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
@@ -490,10 +493,19 @@ class AgentWorkflow:
         )
         if not any(c.child_id == child_id for c in self._children):
             self._children.append(ChildRef(child_id=child_id, descriptor=descriptor))
-        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle))
+        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle, epoch))
 
-    async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult]) -> None:
-        result = await handle
+    async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult],
+                       epoch: int) -> None:
+        try:
+            result = await handle
+        except ChildWorkflowError as exc:
+            # Its run failed, so no turn returned its notice (README "Failed child runs"): the
+            # epoch is settled `error` from its log, with the epoch's one notice id, once here.
+            assert self._input is not None
+            failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=_chain(exc))
+            result = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
+                                                     start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
         self._violations.extend(result.violations)
         self._engage(result.fences_engaged)
         if result.notice is not None:
@@ -513,3 +525,12 @@ class AgentWorkflow:
         self._stalled.pop(child_id, None)
         self._sent.pop(child_id, None)
         del self._resident[child_id]
+
+
+def _chain(exc: BaseException | None) -> str:
+    """A failure's messages, outermost first (from history, so replays give the same text)."""
+    parts: list[str] = []
+    while exc is not None:
+        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
+        exc = exc.__cause__
+    return ": ".join(parts)
