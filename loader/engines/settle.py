@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from dsh.loader.agent import Message, epoch_stop_reason, final_output, fold_consumed_work
+from dsh.loader.agent import Message, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.engines.wire import FailedRun, TreeResult
 from dsh.loader.errors import error_chain
 from dsh.loader.session import Session, SessionStore
@@ -34,7 +34,7 @@ from dsh.loader.subagents.epochs import latest_epoch
 from dsh.loader.subagents.notice import NoticeDetail, settlement_detail, teardown_detail
 from dsh.loader.texts import render
 
-__all__ = ["FAILED_CODE", "NOTICE_LIMIT", "bounded_notice", "settle_failed"]
+__all__ = ["FAILED_CODE", "NOTICE_LIMIT", "bounded_notice", "bounded_report", "logged_output", "settle_failed"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,23 @@ def bounded_notice(child_id: str, stop_reason: str, output: list[dict[str, Any]]
         return notice
     text = render("T-ENGINE-NOTICE-TOO-LARGE", id=child_id, size=size)
     return settlement_message(child_id, stop_reason, [{"type": "text", "text": text}], epoch=epoch, detail=detail)
+
+
+def bounded_report(message: Message, child_id: str, limit: int) -> Message:
+    """A report relayed through workflow payloads: past `limit` bytes of JSON its words are
+    replaced by their size and where to read them (T-ENGINE-REPORT-TOO-LARGE); the child's log
+    keeps them whole (the `report` call's arguments). The message keeps its id."""
+    size = len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+    if size <= limit:
+        return message
+    text = render("T-ENGINE-REPORT-TOO-LARGE", id=child_id, size=size)
+    return cast(Message, {**message, "content": [*message["content"][:1], {"type": "text", "text": text}]})
+
+
+def logged_output(home: Path, root_id: str) -> str:
+    """The root's output read from its log, when the root's result could not carry it (over
+    NOTICE_LIMIT; `TreeResult.output_in_log`): the same fold the turn made (`run_outcome`)."""
+    return run_outcome(list(SessionStore(home).read(root_id).events)).output
 
 
 async def settle_failed(failed: FailedRun) -> TreeResult:

@@ -399,6 +399,8 @@ def _result(session: Session, who: TreeInput, taken: int) -> TurnResult:
         error = None
         if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":
             error = outcome.end["data"]["reason"].get("error")
+        if len(outcome.output.encode("utf-8")) > NOTICE_LIMIT:  # by reference: the client reads the log
+            return TurnResult(taken=taken, stop_reason=outcome.stop_reason, error=error, output_in_log=True)
         return TurnResult(taken=taken, stop_reason=outcome.stop_reason, output=outcome.output, error=error)
     start = max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0)
     suffix = list(events[start:])

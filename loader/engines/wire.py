@@ -288,6 +288,7 @@ class TurnResult:
     fences_engaged: list[bool] = field(default_factory=list)
     agent_key: str | None = None  # the transcript script this session is bound to
     parked: list[str] = field(default_factory=list)  # waking messages still queued in an idle agent
+    output_in_log: bool = False  # the root's output is too large for a payload: read it from its log
 
 
 @dataclass
@@ -321,3 +322,4 @@ class TreeResult:
     epoch: int | None = None
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
     budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree
+    output_in_log: bool = False  # the root: `output` is not carried (over NOTICE_LIMIT), its log has it

@@ -155,6 +155,7 @@ class AgentWorkflow:
             stop_reason=last.stop_reason,
             notice=last.notice,
             output=last.output,
+            output_in_log=last.output_in_log,
             error=last.error,
             violations=list(self._violations),
             fences_engaged=list(self._engaged),
