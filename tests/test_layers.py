@@ -130,8 +130,8 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
-ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "interrupts": 0, "workflow": 1, "backends": 1, "projection": 1, "turn": 2,
-                                "client": 3, "control": 3, "worker": 4}
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "interrupts": 0, "workflow": 1, "projection": 1, "settle": 1,
+                                "backends": 2, "turn": 3, "client": 4, "control": 4, "worker": 5}
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():

@@ -238,6 +238,8 @@ ISSUE_12_TEXTS = {
     "T-ENGINE-NO-LIVE": "this worker has no live model settings; start it with `dsh worker` (its model.* configuration and key)",
     "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
     "T-ENGINE-NOTICE-TOO-LARGE": "[the last reply of {id} is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
+    "T-ENGINE-RUN-FAILED": "its Temporal run failed (its log shows how far it got: dsh sessions show {id}): {detail}",
+    "T-ENGINE-REPORT-TOO-LARGE": "[this report is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
     "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",
 }

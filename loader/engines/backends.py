@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, Message, user_message
+from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_report
 from dsh.loader.engines.wire import (
     Answer,
     Charge,
@@ -111,7 +112,8 @@ class WorkflowDelegation:
         """`report_from` on Temporal: the same message, relayed by this child's workflow to its
         parent's; `reportDelivery` picks steer (wakeup) or inject (quiet) as it does locally."""
         signal.throw_if_aborted()
-        message = report_message(child.id, content)
+        # Relayed through workflow payloads (2 MB at most): a larger report points to the log.
+        message = bounded_report(report_message(child.id, content), child.id, NOTICE_LIMIT)
         send: Literal["steer", "inject"] = "inject" if self.config.report_delivery == "quiet" else "steer"
         await self.link.report(Delivery(plain(message), send=send))
         return str(message["id"])

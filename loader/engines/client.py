@@ -28,6 +28,7 @@ from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences
 from dsh.loader.engines.projection import TreeTail
+from dsh.loader.engines.settle import logged_output
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
 from dsh.loader.models import FunctionInfo, FunctionProvider, FunctionReply, ModelProvider, ModelRequest, ReplayProvider
@@ -182,7 +183,8 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         root_session_id=result.session_id,
         stop_reason=result.stop_reason,
         exit_code=exit_code_for(result.stop_reason, violations, exhausted is not None),
-        output=result.output,
+        output=await asyncio.to_thread(logged_output, Path(request.home), result.session_id) if result.output_in_log
+        else result.output,
         usage=tail.total_usage(),
         violations=violations,
         error=error,

@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_outpu
 from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
+from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_notice
 from dsh.loader.engines.wire import (
     Charge,
     Delivery,
@@ -56,8 +56,8 @@ from dsh.loader.fences import Fact, Fences
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider, Usage
 from dsh.loader.models.budget import RunBudget, RunLimits
 from dsh.loader.session import Session, make_header
-from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig, settlement_message
-from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
+from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig
+from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
@@ -67,11 +67,8 @@ from dsh.loader.tree import Tree
 if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
 
-NOTICE_LIMIT = 512 * 1024
-"""Bytes of JSON a child's notice may take in its turn's result (Temporal's payload limit is 2 MB;
-the rest of the result, and the parent's next turn input that carries the notice, need room)."""
 
-__all__ = ["LiveModel", "TreeBudget", "WorkflowLink", "run_turn"]
+__all__ = ["NOTICE_LIMIT", "LiveModel", "TreeBudget", "WorkflowLink", "run_turn"]
 
 logger = logging.getLogger(__name__)
 
@@ -383,18 +380,14 @@ def _result(session: Session, who: TreeInput, taken: int) -> TurnResult:
         error = None
         if outcome.end is not None and outcome.end["data"]["reason"].get("kind") == "error":
             error = outcome.end["data"]["reason"].get("error")
+        if len(outcome.output.encode("utf-8")) > NOTICE_LIMIT:  # by reference: the client reads the log
+            return TurnResult(taken=taken, stop_reason=outcome.stop_reason, error=error, output_in_log=True)
         return TurnResult(taken=taken, stop_reason=outcome.stop_reason, output=outcome.output, error=error)
     start = max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0)
     suffix = list(events[start:])
     stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
     output = final_output(suffix)
     detail = settlement_detail(stop_reason, suffix)
-    notice = settlement_message(who.session_id, stop_reason, output, epoch=who.epoch, detail=detail)
-    size = len(json.dumps(notice, ensure_ascii=False).encode("utf-8"))
-    if size > NOTICE_LIMIT:
-        # The notice is this turn's result, and Temporal refuses a payload over 2 MB: the run
-        # would fail and its parent never hear (promise 1). The log keeps the whole reply.
-        text = render("T-ENGINE-NOTICE-TOO-LARGE", id=who.session_id, size=size)
-        notice = settlement_message(who.session_id, stop_reason, [{"type": "text", "text": text}],
-                                    epoch=who.epoch, detail=detail)
+    # The notice is this turn's result, and Temporal refuses a payload over 2 MB (NOTICE_LIMIT).
+    notice = bounded_notice(who.session_id, stop_reason, output, epoch=who.epoch, detail=detail, limit=NOTICE_LIMIT)
     return TurnResult(taken=taken, stop_reason=stop_reason, notice=plain(notice))

@@ -28,6 +28,7 @@ __all__ = [
     "ResumeFound",
     "TURN_TIMEOUT",
     "Delivery",
+    "FailedRun",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -239,6 +240,17 @@ class ResumeCheck:
 
 
 @dataclass
+class FailedRun:
+    """A child's run failed (`ChildWorkflowError`): activity `dsh.settle_failed` settles its epoch
+    from the log (settle.py); `failure` is the error chain the parent's history holds."""
+
+    home: str
+    child_id: str
+    epoch: int | None
+    failure: str
+
+
+@dataclass
 class ResumeFound:
     code: str | None = None
     text: str = ""
@@ -289,6 +301,7 @@ class TurnResult:
     fences_engaged: list[bool] = field(default_factory=list)
     agent_key: str | None = None  # the transcript script this session is bound to
     parked: list[str] = field(default_factory=list)  # waking messages still queued in an idle agent
+    output_in_log: bool = False  # the root's output is too large for a payload: read it from its log
 
 
 @dataclass
@@ -322,3 +335,4 @@ class TreeResult:
     epoch: int | None = None
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
     budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree
+    output_in_log: bool = False  # the root: `output` is not carried (over NOTICE_LIMIT), its log has it

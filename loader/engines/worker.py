@@ -25,12 +25,14 @@ from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
 from dsh.loader.engines.control import interrupt_workflow, workflow_status
 from dsh.loader.config import ModelConfig
+from dsh.loader.engines.settle import settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
     Answer,
     Charge,
     Charged,
     Delivery,
+    FailedRun,
     Interrupt,
     MessageChild,
     Poll,
@@ -288,6 +290,11 @@ class TurnActivities:
         """The cold-resume header checks (backends.resume_check), off the event loop."""
         return await asyncio.to_thread(resume_check, check)
 
+    @activity.defn(name="dsh.settle_failed")
+    async def settle_failed(self, failed: FailedRun) -> TreeResult:
+        """A child's failed run, settled from its log (settle.py)."""
+        return await settle_failed(failed)
+
 
 async def _keep_alive(every: float) -> None:
     """Heartbeat while this process runs the turn, chunks or not: a turn held by a fence, a tool or a
@@ -308,7 +315,7 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
-        activities=[activities.turn, activities.resume_check],
+        activities=[activities.turn, activities.resume_check, activities.settle_failed],
         max_concurrent_activities=max_concurrent_activities,
     )
 

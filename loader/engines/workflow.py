@@ -35,7 +35,7 @@ from typing import Any, cast
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ParentClosePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         ChildRef,
         ChildState,
         Delivery,
+        FailedRun,
         Interrupt,
         InterruptAt,
         MessageChild,
@@ -70,6 +71,7 @@ __all__ = ["AgentWorkflow"]
 TURN_ACTIVITY = "dsh.turn"
 RESUME_ACTIVITY = "dsh.resume_check"
 RESUME_TIMEOUT = timedelta(seconds=30)
+SETTLE_ACTIVITY = "dsh.settle_failed"
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
@@ -185,6 +187,7 @@ class AgentWorkflow:
             stop_reason=last.stop_reason,
             notice=last.notice,
             output=last.output,
+            output_in_log=last.output_in_log,
             error=last.error,
             violations=list(self._violations),
             fences_engaged=list(self._engaged),
@@ -622,10 +625,19 @@ class AgentWorkflow:
                 await workflow.sleep(RESTART_WAIT)
         if not any(c.child_id == child_id for c in self._children):
             self._children.append(ChildRef(child_id=child_id, descriptor=descriptor))
-        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle))
+        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle, epoch))
 
-    async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult]) -> None:
-        result = await handle
+    async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult],
+                       epoch: int) -> None:
+        try:
+            result = await handle
+        except ChildWorkflowError as exc:
+            # Its run failed, so no turn returned its notice (README "Failed child runs"): the
+            # epoch is settled `error` from its log, with the epoch's one notice id, once here.
+            assert self._input is not None
+            failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=_chain(exc))
+            result = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
+                                                     start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
         await self._settle(child_id, result)
 
     @workflow.signal
@@ -660,3 +672,12 @@ class AgentWorkflow:
         self._stalled.pop(child_id, None)
         self._sent.pop(child_id, None)
         self._resident.pop(child_id, None)
+
+
+def _chain(exc: BaseException | None) -> str:
+    """A failure's messages, outermost first (from history, so replays give the same text)."""
+    parts: list[str] = []
+    while exc is not None:
+        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
+        exc = exc.__cause__
+    return ": ".join(parts)

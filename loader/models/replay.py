@@ -337,7 +337,10 @@ def replies_served(events: list[dict[str, Any]]) -> int:
         elif kind == "turn/end":
             reason = data.get("reason") or {}
             code = (reason.get("error") or {}).get("code")
-            if reason.get("kind") == "error" and stepped and not answered and code != "CHECKPOINT_FAILED":
+            # Neither a checkpoint failure nor a failed Temporal run's settlement (engines/settle.py)
+            # asked the model anything.
+            if reason.get("kind") == "error" and stepped and not answered and code not in (
+                    "CHECKPOINT_FAILED", "ENGINE_RUN_FAILED"):
                 served += 1
     return served
 

@@ -1,0 +1,76 @@
+"""Payloads over Temporal's 2 MB limit (issue 12 item 2; loader/engines/README.md "Payloads by
+reference"): a report and the root's output travel through workflow payloads. A report past
+`NOTICE_LIMIT` arrives with its size and where to read it (the child's log keeps it whole); the
+root's output is read from the root's log by the client, so `dsh run --json` prints it whole.
+Before, both failed the run carrying them (PayloadsTooLarge, TMPRL1103).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporal_kit import dev_server, run_temporal
+from temporalio.client import Client
+
+from dsh.loader.engines.settle import NOTICE_LIMIT
+from dsh.loader.session import SessionStore
+from dsh.loader.testing.runner import plan_flow
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+BACKSTOP = 120.0
+BIG = "y" * (3 * 1024 * 1024)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client() -> AsyncIterator[Client]:
+    async with dev_server() as c:
+        yield c
+
+
+def write(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / f"{spec['name']}.json"
+    path.write_text(json.dumps({"version": 1, "task": "Go.", **spec}))
+    return path
+
+
+async def test_a_root_output_past_the_payload_limit_is_read_whole_from_the_roots_log(
+    client: Client, tmp_path: Path
+) -> None:
+    path = write(tmp_path, {"name": "big-output", "agents": {"root": {"replies": [{"text": BIG}]}}})
+    run = await asyncio.wait_for(run_temporal(client, plan_flow(path), tmp_path / "home"), BACKSTOP)
+    result = run.result
+    assert (result.stop_reason, result.violations, result.exit_code) == ("completed", [], 0)
+    assert result.output == BIG
+    assert result.to_json()["output"] == BIG  # the `--json` result record
+
+
+async def test_a_report_past_the_payload_limit_arrives_with_its_size_and_where_to_read_it(
+    client: Client, tmp_path: Path
+) -> None:
+    path = write(tmp_path, {
+        "name": "big-report", "overlays": ["quiet-reports"],
+        "fences": [{"hold": {"agent": "*children", "until": {"turnEnded": {"agent": "root", "turn": 1}}}}],
+        "agents": {
+            "root": {"replies": [{"toolCalls": [{"id": "c1", "name": "subagent", "arguments": {
+                "label": "w", "prompt": "Report big."}}]}, {"text": "STARTED"}, {"text": "NOTED"}]},
+            "w": {"spawnedBy": "c1", "replies": [
+                {"toolCalls": [{"id": "r1", "name": "report", "arguments": {"output": BIG}}]}, {"text": "Reported."}]}}})
+    run = await asyncio.wait_for(run_temporal(client, plan_flow(path), tmp_path / "home"), BACKSTOP)
+    result = run.result
+    assert (result.stop_reason, result.output, result.violations, result.exit_code) == ("completed", "NOTED", [], 0)
+    store = SessionStore(tmp_path / "home")
+    [child] = [s["sessionId"] for s in result.subagents]
+    reports = [m for e in store.read(result.root_session_id).events if e["type"] == "agent/inbox/spliced"
+               for m in e["data"].get("inserted") or [] if m["source"]["kind"] == "subagent-report"]
+    [report] = reports  # it arrived, once
+    text = "".join(block["text"] for block in report["content"])
+    assert f"dsh sessions show {child}" in text and BIG not in text and len(text) < NOTICE_LIMIT
+    [call] = [e["data"] for e in store.read(child).events if e["type"] == "tool/call" and e["data"]["name"] == "report"]
+    assert json.loads(call["arguments"])["output"] == BIG  # the child's log keeps the report whole
