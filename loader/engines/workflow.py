@@ -35,7 +35,7 @@ from typing import Any, cast
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ParentClosePolicy
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
@@ -135,6 +135,24 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
+        try:
+            return await self._run(input)
+        except (ActivityError, ApplicationError) as exc:
+            if input.parent_id is None or not self._anywhere:
+                raise
+            # The run fails (a turn failed for good, a result over the payload limit): the parent's
+            # run that started it may have continued as new since, and a failure reaches only
+            # that run (README "Failed child runs"). So the epoch is settled from its log here too
+            # and signalled to the parent's current run; the failure then goes on as before, and
+            # the parent enters the notice once, by its id, whichever way it comes first.
+            failed = FailedRun(home=input.run.home, child_id=input.session_id, epoch=input.epoch,
+                               failure=_chain(exc))
+            result = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
+                                                     start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
+            await self._tell_parent(result)
+            raise
+
+    async def _run(self, input: TreeInput) -> TreeResult:
         carried = input.carried or Carried()
         last: TurnResult | None = None
         while True:
@@ -167,15 +185,20 @@ class AgentWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._result(last)
         if input.parent_id is not None and self._anywhere:
-            # The notice to the parent's current run (it may have continued as new since it
-            # started this one, and a closed run's child result goes nowhere); the parent enters
-            # it once, by its notice id, whichever of this signal and the result comes first.
-            target = agent_workflow_id(input.run.root_id, input.parent_id)
-            try:
-                await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
-            except Exception:  # the parent's run has ended (never while this child is resident)
-                workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
+            await self._tell_parent(result)
         return result
+
+    async def _tell_parent(self, result: TreeResult) -> None:
+        """The notice to the parent's current run (it may have continued as new since it started
+        this one, and a closed run's child result goes nowhere); the parent enters it once, by its
+        notice id, whichever of this signal and the result comes first."""
+        input = self._input
+        assert input is not None and input.parent_id is not None
+        target = agent_workflow_id(input.run.root_id, input.parent_id)
+        try:
+            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
+        except Exception:  # the parent's run has ended (never while this child is resident)
+            workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
 
     def _result(self, last: TurnResult | None) -> TreeResult:
         input = self._input

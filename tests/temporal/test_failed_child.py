@@ -12,6 +12,7 @@ root never closed (the 120 s backstop is the loud failure).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -182,3 +183,65 @@ async def test_settling_a_failed_run_closes_its_cut_off_turn_with_the_error_once
     kinds = [(e["type"], (e["data"].get("reason") or {}).get("kind")) for e in events if e["type"] == "turn/end"]
     assert kinds == [("turn/end", "interrupted"), ("turn/end", "error")]  # repair, then the settlement
     assert settle.NOTICE_LIMIT == turn.NOTICE_LIMIT  # one bound for both notices
+
+
+async def test_a_child_run_failing_after_its_parent_continued_as_new_still_settles_it_once(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root starts w1..w3 and continues as new every few updates, so the run that started w2
+    (and holds its handle) has closed when w2's turn is refused for good: the failure reaches no
+    run, and only w2's own run, settling its epoch from its log and signalling the parent's current
+    run, tells the root. Before, the tree waited forever (the backstop)."""
+    calls = [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": f"Reply with W{i}."}}
+             for i in (1, 2, 3)]
+    root = [{"toolCalls": calls}, {"text": "STARTED"}, *({"text": f"NOTED{i}"} for i in (1, 2, 3))]
+    fences = [{"hold": {"agent": f"w{i}", "until": {"turnEnded": {"agent": "root", "turn": i}}}} for i in (1, 3)]
+    path = tmp_path / "failing-chain.json"
+    path.write_text(json.dumps({"version": 1, "name": "failing-chain", "task": "Start a chain.", "fences": fences,
+                                "agents": {"root": {"replies": root},
+                                           **{f"w{i}": {"spawnedBy": f"c{i}", "replies": [{"text": f"W{i}_DONE"}]}
+                                              for i in (1, 2, 3)}}}))
+    root_turns = 0
+    second_ended = asyncio.Event()
+    real = worker.run_turn
+
+    async def ordered(spec: TurnInput, *args: Any, **kwargs: Any) -> TurnResult:
+        nonlocal root_turns
+        if (spec.agent.descriptor or {}).get("label") == "w2":
+            await asyncio.wait_for(second_ended.wait(), BACKSTOP)  # after root turn 2: runs have changed
+            raise ConfigError("this worker has no key for the child", code="MISSING_API_KEY")
+        result = await real(spec, *args, **kwargs)
+        if spec.agent.parent_id is None:
+            root_turns += 1
+            if root_turns == 2:
+                second_ended.set()
+        return result
+
+    monkeypatch.setattr(worker, "run_turn", ordered)
+    plan = plan_flow(path)
+    plan = dataclasses.replace(plan, config=plan.config.model_copy(
+        update={"temporal": plan.config.temporal.model_copy(update={"continue_as_new_updates": 3})}))
+    home = tmp_path / "temporal"
+    run = await asyncio.wait_for(run_temporal(client, plan, home), BACKSTOP)
+    result = run.result
+    assert (result.stop_reason, result.output) == ("completed", "NOTED3")
+    # w2's one reply is never asked for: its turn was refused before it ran.
+    assert [(v["code"], v.get("agent")) for v in result.violations] == [("REPLAY_UNCONSUMED", "w2")]
+    store = SessionStore(home)
+    labels = {m["source"]["senderSessionId"]: m["source"]["stopReason"] for m in notices(store, result.root_session_id)}
+    assert sorted(labels.values()) == ["completed", "completed", "error"]
+    [failed] = [n for n in notices(store, result.root_session_id) if n["source"]["stopReason"] == "error"]
+    assert failed["source"]["error"]["code"] == FAILED_CODE
+    assert failed["id"] == notice_id(failed["source"]["senderSessionId"], 1)
+    # w2 was resident across a continue-as-new: a later run of the root carried it.
+    w2 = failed["source"]["senderSessionId"]
+    carried: list[str] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(result.root_session_id, run_id=run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        carried += (json.loads(started.input.payloads[0].data).get("carried") or {}).get("resident") or []
+        run_id = started.continued_execution_run_id or None
+        if run_id is None:
+            break
+    assert w2 in carried
