@@ -245,3 +245,4 @@ async def test_a_child_run_failing_after_its_parent_continued_as_new_still_settl
         if run_id is None:
             break
     assert w2 in carried
+    assert sorted(s["label"] for s in result.subagents) == ["w1", "w2", "w3"], result.subagents
