@@ -159,7 +159,9 @@ async def _answers(root: WorkflowHandle[AgentWorkflow, TreeResult], number: int)
         logger.info("charge batch %d of %s not counted yet on %s", number, _SOURCE, root.id)
         await asyncio.sleep(random.uniform(0.0, delay))
         delay = min(2 * delay, 1.0)
-    raise RuntimeError(f"the root {root.id} never counted charge batch {number} of {_SOURCE}")
+    # Typed, and retryable: the turn activity fails and Temporal runs it again.
+    raise ApplicationError(f"the root {root.id} never counted charge batch {number} of {_SOURCE}",
+                           type="CHARGE_UNCOUNTED")
 
 
 _Q = TypeVar("_Q")
