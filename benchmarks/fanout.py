@@ -54,6 +54,12 @@ def dsh_command() -> list[str]:
     return [found]
 
 
+def command_for(file: Path, n: int, home: Path) -> list[str]:
+    """The `dsh run --transcript` command of an N-child fan-out transcript `file`."""
+    limits = ["--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
+    return [*dsh_command(), "run", "--transcript", str(file), "--home", str(home), *limits]
+
+
 CPU: dict[str, list[float]] = {}  # command label -> user+sys seconds of each run (from wait4)
 
 
@@ -91,8 +97,7 @@ def main() -> None:
             files[n].write_text(json.dumps(transcript(n)))
 
         def command(n: int, home: Path) -> list[str]:
-            limits = ["--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
-            return [*dsh_command(), "run", "--transcript", str(files[n]), "--home", str(home), *limits]
+            return command_for(files[n], n, home)
 
         if args.profile:
             home = Path(tmp) / "home-profile"

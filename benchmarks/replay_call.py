@@ -7,6 +7,14 @@ the mean of the last decile of calls over the mean of the first (flat history co
 the same-run write floor: the session's own bytes written by a bare loop in the same number of
 barriers (two per call, the pre-step and model-request checkpoints), fsynced when fsync is on.
 
+Beside it, the **rule floor** (branch `pfloor`): the minimum per-call work SPEC §5.4/§5.5 require,
+in a bare loop without the runtime, over the same session's events (decoded before the clock
+starts): per call its 9 events encoded (one reused C encoder) and written in 3 writes, cut where the
+rules cut them (the write-behind batch of the turn's opening, the model-request checkpoint before
+the provider, the write-behind batch of the turn's end), each write after the truncate rule's
+`fstat` check through the held descriptor, and fsynced when fsync is on. Printed as µs per call
+next to the runtime's median, and the ratio.
+
     python benchmarks/replay_call.py [--calls 100,1000,3000] [--repeat 5]
 """
 
@@ -44,7 +52,9 @@ async def measure(calls: int, fsync: bool, batch_delay_ms: int, inline: bool) ->
             await agent.when_idle()
             timings.append((time.perf_counter() - start) * 1e6)
         await agent.dispose()
-        return timings, write_floor(store.path(session.id), Path(tmp) / "floor.jsonl", calls, fsync)
+        source = store.path(session.id)
+        floor = write_floor(source, Path(tmp) / "floor.jsonl", calls, fsync)
+        return timings, floor, rule_floor(source, Path(tmp) / "rule-floor.jsonl", fsync)
 
 
 def write_floor(source: Path, target: Path, calls: int, fsync: bool) -> float:
@@ -66,6 +76,44 @@ def write_floor(source: Path, target: Path, calls: int, fsync: bool) -> float:
     return time.perf_counter() - start
 
 
+_C_ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    {}, None, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
+
+
+def rule_floor(source: Path, target: Path, fsync: bool) -> float:
+    """Seconds the rules' own per-call work takes for `source`'s events (module docstring)."""
+    lines = source.read_bytes().splitlines(keepends=True)
+    header, events = lines[0], [json.loads(line) for line in lines[1:]]
+    batches: list[list[dict]] = [[]]
+    for event in events:
+        if event["type"] in ("step/start", "assistant/message") and batches[-1]:
+            batches.append([])
+        batches[-1].append(event)
+        if event["type"] == "turn/end":
+            batches.append([])
+    batches = [b for b in batches if b]
+    start = time.perf_counter()
+    fd = os.open(target, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, header)
+        size = len(header)
+        for batch in batches:
+            data = b"".join([("".join(_C_ENCODE(e, 0)) + "\n").encode() for e in batch])
+            if os.fstat(fd).st_size != size:  # the truncate rule's check
+                raise SystemExit("unconfirmed bytes")
+            os.write(fd, data)
+            size += len(data)
+            if fsync:
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - start
+    if target.read_bytes() != source.read_bytes():  # the same bytes, or the floor is wrong
+        raise SystemExit(f"rule floor wrote other bytes than {source}")
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", default="100,1000,3000", help="comma-separated conversation lengths")
@@ -84,23 +132,26 @@ def main() -> None:
     delays = (0,) if inline else (0, 200)  # inline ignores the delay: next loop iteration (§26 item 1)
     for fsync in fsyncs:
         for delay in delays:
-            results: dict[int, list[tuple[list[float], float]]] = {n: [] for n in sizes}
+            results: dict[int, list[tuple[list[float], float, float]]] = {n: [] for n in sizes}
             for _ in range(args.repeat):
                 for n in sizes:  # interleaved
                     results[n].append(asyncio.run(measure(n, fsync, delay, inline)))
             for n in sizes:
-                totals = [sum(t) / 1e6 for t, _ in results[n]]
-                medians = [statistics.median(t) for t, _ in results[n]]
+                totals = [sum(t) / 1e6 for t, _, _ in results[n]]
+                medians = [statistics.median(t) for t, _, _ in results[n]]
                 decile = max(1, n // 10)
-                growth = [statistics.fmean(t[-decile:]) / statistics.fmean(t[:decile]) for t, _ in results[n]]
-                p90 = [statistics.quantiles(t, n=10)[-1] for t, _ in results[n]]
-                floor = statistics.median(f for _, f in results[n])
+                growth = [statistics.fmean(t[-decile:]) / statistics.fmean(t[:decile]) for t, _, _ in results[n]]
+                p90 = [statistics.quantiles(t, n=10)[-1] for t, _, _ in results[n]]
+                floor = statistics.median(f for _, f, _ in results[n])
+                rule = statistics.median(r for _, _, r in results[n]) / n * 1e6
+                median = statistics.median(medians)
                 total = statistics.median(totals)
                 print(
                     f"io={args.io} fsync={str(fsync).lower():5} batchDelayMs={delay:3}  calls={n:5}  "
-                    f"total {total:7.3f}s  median {statistics.median(medians):8.1f} µs/call  "
+                    f"total {total:7.3f}s  median {median:8.1f} µs/call  "
                     f"p90 {statistics.median(p90):8.1f} µs  last/first decile {statistics.median(growth):5.2f}  "
-                    f"write floor {floor:7.3f}s  x floor {total / floor:6.1f}"
+                    f"write floor {floor:7.3f}s  x floor {total / floor:6.1f}  "
+                    f"rule floor {rule:6.1f} µs/call  median x rule floor {median / rule:5.1f}"
                 )
 
 
