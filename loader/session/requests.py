@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dsh.loader.session._codec import _encode
+
 if TYPE_CHECKING:
     from dsh.loader.session.session import Session
 
@@ -57,24 +59,34 @@ def tools_hash(tools: list[dict[str, Any]]) -> str:
     return _digest(json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
 
 
-_SHARED_TOOLS: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str]] = {}
+_Shared = tuple[list[dict[str, Any]], str, str]
+_SHARED_TOOLS: dict[tuple[Any, ...], _Shared] = {}
 _SHARED_TOOLS_MAX = 64
-_SHARED_SYSTEM: dict[str, str] = {}  # system prompt -> its hash; prompts are few, bounded as above
+_SHARED_SYSTEM: dict[str, tuple[str, str]] = {}  # prompt -> (hash, event data text); bounded as above
 
 
-def _shared_system_hash(text: str) -> str:
-    """`system_hash`, once per prompt for all sessions (issue 13: every child hashed the same one)."""
-    digest = _SHARED_SYSTEM.get(text)
-    if digest is None:
+def _data_text(data: dict[str, Any]) -> str:
+    """The JSON text `Session.append` writes for `data` (`session._encode`), made once per value
+    for all sessions (issue 13: the `llm/tools` and `llm/system` data of a fan-out's children are
+    one value, half of the run's log bytes); the events then share it (`append_encoded`)."""
+    return _encode(data)
+
+
+def _shared_system(text: str) -> tuple[str, str]:
+    """`system_hash` and the `llm/system` data text, once per prompt for all sessions (issue 13:
+    every child hashed and encoded the same one)."""
+    entry = _SHARED_SYSTEM.get(text)
+    if entry is None:
         digest = system_hash(text)
         if len(_SHARED_SYSTEM) >= _SHARED_TOOLS_MAX:
             _SHARED_SYSTEM.clear()
-        _SHARED_SYSTEM[text] = digest
-    return digest
+        entry = _SHARED_SYSTEM[text] = (digest, _data_text({"hash": digest, "text": text}))
+    return entry
 
 
-def _shared_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """A JSON copy of `tools` and `tools_hash(tools)`, computed once per tool list for all sessions
+def _shared_tools(tools: list[dict[str, Any]]) -> _Shared:
+    """A JSON copy of `tools`, `tools_hash(tools)` and the `llm/tools` data text of that copy,
+    computed once per tool list for all sessions
     (issue 13: every child of a fan-out hashed the same schemas, ~1.5% of the run, and copied them
     into its `llm/tools` event). Keyed by the lists' names, descriptions and the identity of their
     parameter schemas (`loop._schema` hands out one cached dict per model); a hit still compares
@@ -90,7 +102,8 @@ def _shared_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], st
     digest = tools_hash(tools)
     if len(_SHARED_TOOLS) >= _SHARED_TOOLS_MAX:
         _SHARED_TOOLS.clear()
-    entry = _SHARED_TOOLS[key] = (json.loads(json.dumps(tools)), digest)  # later mutation cannot match
+    copy = json.loads(json.dumps(tools))  # later mutation cannot match
+    entry = _SHARED_TOOLS[key] = (copy, digest, _data_text({"hash": digest, "tools": copy}))
     return entry
 
 
@@ -105,8 +118,8 @@ class RequestLog:
         self._session = session
         self._known: set[tuple[str, str]] = set()
         self._scanned = 0
-        self._last_system: tuple[str, str] | None = None  # (text, hash): the prompt rarely changes
-        self._last_tools: tuple[list[dict[str, Any]], str, list[dict[str, Any]]] | None = None
+        self._last_system: tuple[str, str, str] | None = None  # (prompt, hash, data text): rarely changes
+        self._last_tools: tuple[list[dict[str, Any]], _Shared] | None = None  # (the request's list, shared)
 
     def record(
         self, *, turn: int, step: int, model: str, system: str, tools: list[dict[str, Any]], message_count: int
@@ -123,17 +136,17 @@ class RequestLog:
                 self._known.add((kind[0], event["data"]["hash"]))
         self._scanned = len(events)
         if self._last_system is None or self._last_system[0] != system:
-            self._last_system = (system, _shared_system_hash(system))
+            self._last_system = (system, *_shared_system(system))
         if self._last_tools is None or self._last_tools[0] != tools:
-            copy, digest = _shared_tools(tools)
-            self._last_tools = (tools, digest, copy)
-        s_hash, t_hash = self._last_system[1], self._last_tools[1]
+            self._last_tools = (tools, _shared_tools(tools))
+        s_hash, s_text = self._last_system[1], self._last_system[2]
+        t_copy, t_hash, t_text = self._last_tools[1]
         if ("system", s_hash) not in self._known:
-            # A str is immutable: the event may hold the prompt itself (`append_owned`).
-            self._session.append_owned(SYSTEM, {"hash": s_hash, "text": system}, ignorable=True)
+            # A str is immutable: the event may hold the prompt itself; its text is shared.
+            self._session.append_encoded(SYSTEM, {"hash": s_hash, "text": system}, s_text, ignorable=True)
             self._known.add(("system", s_hash))
         if ("tools", t_hash) not in self._known:
-            self._session.append_owned(TOOLS, {"hash": t_hash, "tools": self._last_tools[2]}, ignorable=True)
+            self._session.append_encoded(TOOLS, {"hash": t_hash, "tools": t_copy}, t_text, ignorable=True)
             self._known.add(("tools", t_hash))
         data: dict[str, Any] = {
             "turn": turn, "step": step, "model": model, "messageCount": message_count,

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from dsh.loader.errors import ReentrantAppend, SessionError
+from dsh.loader.session._codec import _MARKERS, _c_encode, _decode, _decode_object, _encode, _encode_other, _scan
 from dsh.loader.session.envelope import EVENT_TYPES, Event, encode_line
 from dsh.loader.texts import render
 
@@ -38,37 +38,6 @@ Observer = Callable[[Event], Any]
 
 
 _time_ns = time.time_ns  # the default clock: wall-clock ms as `_time_ns() // 1_000_000`
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_encode_other = _ENCODER.encode  # any value (the event type's text); dicts take `_encode`
-_decode = json.JSONDecoder().decode
-_scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - untyped in typeshed
-_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-# One C encoder reused for every event (issue 13): `JSONEncoder.encode` builds a new one, and a
-# closure, per call, which cost as much as the encoding of a small event itself. Same text, same
-# errors (the C path is the one `encode` takes); the circular-reference markers are emptied after a
-# failed encode, since the C encoder leaves them behind when it raises.
-_MARKERS: dict[int, Any] = {}
-_c_encode: Any = None if _c_make_encoder is None else _c_make_encoder(
-    _MARKERS, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-)
-
-
-def _encode(data: dict[str, Any]) -> str:
-    if _c_encode is None:  # pragma: no cover - CPython ships the C encoder
-        return _encode_other(data)
-    try:
-        return "".join(_c_encode(data, 0))
-    except BaseException:
-        _MARKERS.clear()
-        raise
-
-
-def _decode_object(text: str) -> Any:
-    """`_decode` for a text `_encode` made (no surrounding whitespace): the C scanner, without
-    `decode`'s two whitespace matches and frames."""
-    return _scan(text, 0)[0]
 
 
 def _snapshot(data: Any, copy: bool = True) -> tuple[dict[str, Any], str]:
@@ -153,7 +122,17 @@ class Session:
         """
         return self._append(type, data, ignorable, False)
 
-    def _append(self, type: str, data: Mapping[str, Any], ignorable: bool, copy: bool) -> Event:
+    def append_encoded(self, type: str, data: dict[str, Any], text: str, *, ignorable: bool = False) -> Event:
+        """`append_owned` with `text` the caller's `_encode(data)`, made once for many sessions
+        (issue 13: every child of a fan-out encoded the same `llm/tools` and `llm/system` data, half
+        of a 1,000-child run's log bytes). Only for data that is never changed once its text is
+        made (`requests.py`'s shared, read-only values); the line written is the one `append`
+        would write, which `test_append_encoded_writes_what_append_writes` pins."""
+        return self._append(type, data, ignorable, False, text)
+
+    def _append(
+        self, type: str, data: Mapping[str, Any], ignorable: bool, copy: bool, text: str | None = None
+    ) -> Event:
         # One frame per event (issue 13: the snapshot, clock, line and publish helpers were ~6 frames
         # of ~9 per event, 9 events per model call); the helpers above stay the reference forms.
         if self.closed:
@@ -165,7 +144,9 @@ class Session:
         if type not in EVENT_TYPES and not ignorable:
             # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
             raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
-        if _c_encode is not None and data.__class__ is dict:  # `_snapshot`, inline (`type` is the event type here)
+        if text is not None:  # `append_encoded`: the caller made the text once for many sessions
+            copied: dict[str, Any] = cast("dict[str, Any]", data)
+        elif _c_encode is not None and data.__class__ is dict:  # `_snapshot`, inline (`type` is the event type)
             try:
                 text = "".join(_c_encode(data, 0))
             except BaseException as exc:
@@ -174,7 +155,7 @@ class Session:
                     raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
                 raise
             # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
-            copied: dict[str, Any] = _scan(text, 0)[0] if copy else data
+            copied = _scan(text, 0)[0] if copy else data
         else:
             copied, text = _snapshot(data, copy)
         seq = len(self.events)

@@ -114,3 +114,32 @@ def test_the_logged_tool_list_is_a_json_copy_the_live_schemas_cannot_change() ->
     schema["required"].append("other")
     assert logged[0] == [{"name": "spawn-copy-test", "description": "d",
                           "parameters": {"type": "object", "required": ["label"]}}]
+
+
+@pytest.mark.parametrize("system", [
+    pytest.param("You are dsh.", id="plain"),
+    pytest.param("héllo \u2028 \" \\ \n tab\t", id="unicode"),
+    pytest.param("lone \ud800 surrogate", id="lone-surrogate"),
+])
+def test_shared_request_texts_write_the_line_an_append_would(system: str) -> None:
+    """Issue 13: the `llm/system` and `llm/tools` data texts are made once for all sessions
+    (`Session.append_encoded`); every session's line must still be `encode_line` of its event, and
+    the event what a reload of that line gives, the second session's as well as the first's."""
+    import json
+
+    from dsh.loader.session.envelope import encode_line
+
+    tools = [{"name": "spawn-text-test", "description": "dé\u2028", "parameters": {"type": "object", "n": 1.5}}]
+    for sid in ("session-t1", "session-t2"):
+        lines: list[tuple[dict[str, Any], bytes]] = []
+        session = Session(make_header(sid), line_sink=lambda event, line: lines.append((event, line)))
+        session.append("turn/start", {"turn": 1})
+        session.append("step/start", {"turn": 1, "step": 1})
+        RequestLog(session).record(turn=1, step=1, model="m", system=system, tools=tools, message_count=0)
+        shared = [(event, line) for event, line in lines if event["type"] in ("llm/system", "llm/tools")]
+        assert [event["type"] for event, _ in shared] == ["llm/system", "llm/tools"]
+        for event, line in shared:
+            assert line == encode_line(event)
+            assert json.loads(line) == event
+        assert shared[0][0]["data"] == {"hash": system_hash(system), "text": system}
+        assert shared[1][0]["data"] == {"hash": tools_hash(tools), "tools": tools}

@@ -271,6 +271,27 @@ def test_append_owned_keeps_the_data_itself_and_writes_the_same_line() -> None:
     assert lines == [(event, encode_line(event))]
 
 
+@pytest.mark.parametrize("data", [
+    pytest.param({"hash": "h", "text": "plain"}, id="plain"),
+    pytest.param({"hash": "h", "tools": [{"d": "héllo \u2028", "n": 1.5, "z": None}]}, id="unicode"),
+    pytest.param({"hash": "h", "text": "lone \ud800 surrogate"}, id="lone-surrogate"),
+])
+def test_append_encoded_writes_what_append_writes(data: dict[str, Any]) -> None:
+    """Issue 13: an event whose data text the caller made once (`_codec._encode`, as the request
+    records do) is the same event, on the same line, as `append_owned` gives; the data is kept."""
+    from dsh.loader.session._codec import _encode
+    from dsh.loader.session.envelope import encode_line
+
+    lines: list[tuple[Event, bytes]] = []
+    session = Session(make_header("session-x"), line_sink=lambda event, line: lines.append((event, line)))
+    owned = session.append_owned("llm/system", dict(data), ignorable=True)
+    encoded = session.append_encoded("llm/system", data, _encode(data), ignorable=True)
+    assert encoded["data"] is data and encoded["ignorable"] is True
+    assert lines[1] == (encoded, encode_line(encoded))
+    assert lines[0][1].replace(b'"seq":0', b'"seq":1') == lines[1][1].replace(
+        f'"time":{encoded["time"]}'.encode(), f'"time":{owned["time"]}'.encode())
+
+
 def test_a_failed_encode_leaves_no_circular_marker_behind() -> None:
     """The reused C encoder keeps its circular-reference markers between calls; a failure mid-encode
     must empty them, or a later event holding the same object is refused as circular."""
