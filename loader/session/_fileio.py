@@ -361,36 +361,54 @@ async def blocking_call(
         raise
 
 
-def _discard(fd: int, temp: Path, published: Path | None = None) -> None:
+def _discard(fd: int, temp: str, published: Path | None = None) -> None:
     """Undo an unfinished creation: ours and locked, so nobody has seen it as live yet."""
     if published is not None:
         published.unlink(missing_ok=True)
-    temp.unlink(missing_ok=True)
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
     os.close(fd)
 
 
-def _make_dirs(io: StoreIO, directory: Path) -> None:
-    """Create the session directory (and, only when its parent is missing, the missing ancestors)."""
-    if directory.parent.is_dir():
-        missing = [directory]  # the common case: no walk up to the root (issue 13)
-    else:
-        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+def _make_dir(io: StoreIO, directory: Path) -> bool:
+    """Create the session directory 0700; True when this call created it. Only when its parent is
+    missing are the missing ancestors made (0700 too): the common case is one `mkdir`, without the
+    `is_dir` of the parent first (issue 13: one `stat` per child)."""
+    io.create_step("mkdir", directory)
+    try:
+        os.mkdir(directory, DIR_MODE)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        pass
+    missing = [d for d in directory.parents if not d.exists()]
     for d in reversed(missing):  # every directory we create is 0700, parents included
         io.create_step("mkdir", d)
         try:
             os.mkdir(d, DIR_MODE)
         except FileExistsError:
             pass
+    try:
+        os.mkdir(directory, DIR_MODE)
+        return True
+    except FileExistsError:
+        return False
 
 
-def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int, Path]:
+def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int, str]:
     """Directory, locked temp file holding the header (not yet synced); cleans up after itself."""
     directory = path.parent
-    _make_dirs(io, directory)
-    check_dirs(directory.parent.parent, directory.parent, directory)  # home, sessions/, the session
-    if os.path.lexists(path):
+    sessions = directory.parent
+    fresh = _make_dir(io, directory)
+    check_dirs(sessions.parent, sessions, directory)  # home, sessions/, the session (issue 15)
+    # A directory this call just made holds no `session.jsonl`: skip the `lstat` (issue 13). A name
+    # made there since by someone else still fails the `link` below with EEXIST: SESSION_EXISTS.
+    if not fresh and os.path.lexists(path):
         raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
-    temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+    temp = f"{directory}/{TEMP_PREFIX}{secrets.token_hex(8)}"  # a str: no `Path` per child (issue 13)
     io.create_step("open-temp", directory)
     # O_APPEND: the store writes every later batch through this descriptor (`FileIO.attach`).
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -411,7 +429,7 @@ def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int
     return fd, temp
 
 
-def _link(io: StoreIO, path: Path, temp: Path, session_id: str) -> None:
+def _link(io: StoreIO, path: Path, temp: str, session_id: str) -> None:
     """Publish the temp file under its final name (EEXIST keeps `SESSION_EXISTS`), drop the temp name."""
     directory = path.parent
     io.create_step("link", directory)

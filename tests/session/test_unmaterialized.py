@@ -143,3 +143,43 @@ async def test_a_prune_racing_create_at_each_step_never_breaks_the_creation(tmp_
         "unlink-temp": [],  # published: no longer unmaterialized
         "fsync-dir": [],
     }[step]
+
+
+class PlantDuringCreate(FileIO):
+    """Writes a foreign `session.jsonl` into the session directory the first time `create` reaches `at`."""
+
+    def __init__(self, at: CreateStep) -> None:
+        self.at, self.done = at, False
+
+    def create_step(self, step: CreateStep, directory: Path) -> None:
+        if step == self.at and not self.done:
+            self.done = True
+            (directory / "session.jsonl").write_bytes(line({"type": "session", "foreign": True}))
+
+
+@pytest.mark.parametrize("step", ["open-temp", "write-header", "link"])
+async def test_a_name_planted_in_a_fresh_directory_before_the_link_is_session_exists(tmp_path, step):
+    """Issue 13: a directory the creation just made is not checked for `session.jsonl` again (one
+    `lstat` per child); a file someone put there before the link must still fail the creation with
+    SESSION_EXISTS (the link's EEXIST), keep the planted file, and leave no temp file behind."""
+    root = sessions(tmp_path)
+    store = SessionStore(root.parent, batch_delay_ms=0, fsync=True, io=PlantDuringCreate(step))
+
+    with pytest.raises(SessionError) as info:
+        await store.create(make_header("session-p", created_at=7))
+
+    assert info.value.code == "SESSION_EXISTS"
+    assert os.listdir(root / "session-p") == ["session.jsonl"]
+    assert b'"foreign":true' in (root / "session-p" / "session.jsonl").read_bytes()
+    assert not store.is_live("session-p")
+
+
+async def test_creating_under_a_missing_sessions_directory_makes_it_and_home_0700(tmp_path):
+    """`_make_dir` tries the session's `mkdir` first and makes missing ancestors only on ENOENT."""
+    home = tmp_path / "new-home"
+    store = SessionStore(home, batch_delay_ms=0, fsync=False)
+    session = await store.create(make_header("session-m", created_at=7))
+    await store.close(session)
+    for d in (home, home / "sessions", home / "sessions" / "session-m"):
+        assert d.stat().st_mode & 0o777 == 0o700
+    assert read(store.path("session-m")).header == make_header("session-m", created_at=7)
