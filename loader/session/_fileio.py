@@ -1,5 +1,5 @@
-"""The file I/O seam of the JSONL store (SPEC §5.4): `StoreIO`, the real `FileIO`, `append_batch`,
-and atomic session creation (`create_session_file`).
+"""The file I/O seam of the JSONL store (SPEC §5.4): `StoreIO`, the real `FileIO`, `append_batch`
+and `append_held`.
 
 Every append and truncation of a session file goes through a `StoreIO`. The truncate-on-failure rule
 lives in `append_batch`, not in the IO object, so a test double that overrides `FileIO.write` to raise
@@ -14,15 +14,9 @@ lives in `append_batch`, not in the IO object, so a test double that overrides `
 Invariant: after `append_batch` returns or raises, the file is exactly `committed` bytes (the last
 size the store saw succeed) plus, on success, the whole batch: no seq is ever duplicated or skipped.
 
-Rule "a session file appears complete or not at all" (§5.4 item 1, issue 9): `create_session_file`
-writes the header to a temp file (`TEMP_PREFIX` + random) in the session directory, locks it, fsyncs
-it when asked, then publishes it with `link(temp, session.jsonl)` — a hard link fails with EEXIST, so
-a real collision is still `SESSION_EXISTS` and the flock taken on the temp file's inode is already
-held on the final file — and finally unlinks the temp name and fsyncs the directory. A kill at any
-point leaves either a complete `session.jsonl` or a directory without one (perhaps holding a temp
-file): "never materialized" (`SESSION_UNMATERIALIZED`, see `repair.read`), which `prune` removes.
-`StoreIO.create_step` is called before each system call of that sequence, so a test can fail any
-of them or copy the directory to see what a kill there would leave.
+Atomic session creation (`create_session_file`) lives in `_create.py`; this module keeps what it
+shares with the load path: `CREATE_STEPS` (the seam's step names), `blocking_call`, `check_dirs`,
+`lock_exclusive`, `open_regular`, `write_all`.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ import errno
 import fcntl
 import logging
 import os
-import secrets
 import stat
 from pathlib import Path
 from collections.abc import Callable
@@ -40,7 +33,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from dsh.loader.errors import SessionError
 from dsh.loader.homedir import unsafe_dir_problem
-from dsh.loader.session._syncgroup import SyncGroup, sync_targets
+from dsh.loader.session._syncgroup import sync_targets
 from dsh.loader.texts import render
 
 __all__ = [
@@ -52,7 +45,6 @@ __all__ = [
     "append_batch",
     "append_held",
     "blocking_call",
-    "create_session_file",
     "fsync_dir",
     "check_dirs",
     "lock_exclusive",
@@ -73,9 +65,7 @@ CreateStep = Literal["mkdir", "open-temp", "write-header", "fsync-temp", "link",
 CREATE_STEPS: tuple[CreateStep, ...] = (
     "mkdir", "open-temp", "write-header", "fsync-temp", "link", "unlink-temp", "fsync-dir"
 )
-"""The system calls of `create_session_file`, in order (`fsync-*` only with `persistence.fsync`)."""
-
-_CREATE_ATTEMPTS = 5  # a concurrent `prune` may remove our directory before we publish: start over
+"""The system calls of `_create.create_session_file`, in order (`fsync-*` only with `persistence.fsync`)."""
 
 
 class StoreIO(Protocol):
@@ -273,64 +263,6 @@ def lock_exclusive(fd: int, session_id: str) -> None:
         raise SessionError("SESSION_BUSY", render("R-SESSION-BUSY-ELSEWHERE", id=session_id)) from exc
 
 
-class _Vanished(Exception):
-    """Our unpublished directory or temp file was removed under us (a concurrent `prune`)."""
-
-
-async def create_session_file(
-    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, *, inline: bool
-) -> int:
-    """Publish `path` holding exactly the header `line`; return its descriptor, flock held (§5.4).
-
-    Raises `SESSION_EXISTS` if `path` exists. The lock is taken on our own fresh temp file, so it can
-    only be busy if a prune holds it; then, as when a prune removed the directory or the temp file
-    before we published, creation starts over (up to `_CREATE_ATTEMPTS` times). On failure nothing
-    we created stays behind except directories (an empty directory reads as never materialized, the
-    same as a kill would leave it).
-
-    The two syncs (the header before any name points at it, the directory entries after the link)
-    go through the store's `SyncGroup`, so all creations of one loop iteration share them (issue
-    13). The system calls between them run in a worker thread, or inline under replay (`inline`).
-    """
-    for _ in range(_CREATE_ATTEMPTS - 1):
-        try:
-            return await _create_once(io, path, line, fsync, session_id, sync, inline)
-        except _Vanished:
-            logger.info("session %s: directory changed during creation; starting over", session_id)
-    try:
-        return await _create_once(io, path, line, fsync, session_id, sync, inline)
-    except _Vanished as exc:
-        raise OSError(f"session {session_id}: {path.parent} keeps vanishing during creation") from exc
-
-
-async def _create_once(
-    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, inline: bool
-) -> int:
-    directory = path.parent
-    fd, temp = await blocking_call(inline, _prepare, io, path, line, session_id, orphan=lambda r: _discard(r[0], r[1]))
-    published = False
-    ours = True  # False once a cancelled thread owns the cleanup (`_blocking`'s orphan)
-    try:
-        if fsync:
-            io.create_step("fsync-temp", directory)
-            await sync.sync(fds=[fd])  # the header is durable before any name points at it
-        try:
-            await blocking_call(inline, _link, io, path, temp, session_id, orphan=lambda _: _discard(fd, temp, path),
-                            orphan_failed=lambda: _discard(fd, temp))
-        except asyncio.CancelledError:
-            ours = False
-            raise
-        published = True
-        if fsync:
-            io.create_step("fsync-dir", directory)
-            await sync.sync(dirs=[directory, directory.parent])
-    except BaseException:
-        if ours:
-            _discard(fd, temp, path if published else None)
-        raise
-    return fd
-
-
 _R = TypeVar("_R")
 
 
@@ -358,90 +290,4 @@ async def blocking_call(
                 orphan(done.result())
 
         future.add_done_callback(undo)
-        raise
-
-
-def _discard(fd: int, temp: str, published: Path | None = None) -> None:
-    """Undo an unfinished creation: ours and locked, so nobody has seen it as live yet."""
-    if published is not None:
-        published.unlink(missing_ok=True)
-    try:
-        os.unlink(temp)
-    except FileNotFoundError:
-        pass
-    os.close(fd)
-
-
-def _make_dir(io: StoreIO, directory: Path) -> bool:
-    """Create the session directory 0700; True when this call created it. Only when its parent is
-    missing are the missing ancestors made (0700 too): the common case is one `mkdir`, without the
-    `is_dir` of the parent first (issue 13: one `stat` per child)."""
-    io.create_step("mkdir", directory)
-    try:
-        os.mkdir(directory, DIR_MODE)
-        return True
-    except FileExistsError:
-        return False
-    except FileNotFoundError:
-        pass
-    missing = [d for d in directory.parents if not d.exists()]
-    for d in reversed(missing):  # every directory we create is 0700, parents included
-        io.create_step("mkdir", d)
-        try:
-            os.mkdir(d, DIR_MODE)
-        except FileExistsError:
-            pass
-    try:
-        os.mkdir(directory, DIR_MODE)
-        return True
-    except FileExistsError:
-        return False
-
-
-def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int, str]:
-    """Directory, locked temp file holding the header (not yet synced); cleans up after itself."""
-    directory = path.parent
-    sessions = directory.parent
-    fresh = _make_dir(io, directory)
-    check_dirs(sessions.parent, sessions, directory)  # home, sessions/, the session (issue 15)
-    # A directory this call just made holds no `session.jsonl`: skip the `lstat` (issue 13). A name
-    # made there since by someone else still fails the `link` below with EEXIST: SESSION_EXISTS.
-    if not fresh and os.path.lexists(path):
-        raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
-    temp = f"{directory}/{TEMP_PREFIX}{secrets.token_hex(8)}"  # a str: no `Path` per child (issue 13)
-    io.create_step("open-temp", directory)
-    # O_APPEND: the store writes every later batch through this descriptor (`FileIO.attach`).
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        fd = os.open(temp, flags, FILE_MODE)
-    except FileNotFoundError as exc:
-        raise _Vanished() from exc
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:  # only a prune opens a temp file it did not make
-            raise _Vanished() from exc
-        io.create_step("write-header", directory)
-        write_all(fd, line)
-    except BaseException:
-        _discard(fd, temp)
-        raise
-    return fd, temp
-
-
-def _link(io: StoreIO, path: Path, temp: str, session_id: str) -> None:
-    """Publish the temp file under its final name (EEXIST keeps `SESSION_EXISTS`), drop the temp name."""
-    directory = path.parent
-    io.create_step("link", directory)
-    try:
-        os.link(temp, path, follow_symlinks=False)
-    except FileExistsError as exc:
-        raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id)) from exc
-    except FileNotFoundError as exc:  # a prune removed the temp file before we locked it
-        raise _Vanished() from exc
-    try:
-        io.create_step("unlink-temp", directory)
-        os.unlink(temp)
-    except BaseException:
-        path.unlink(missing_ok=True)  # ours and locked: nobody has seen it as live yet
         raise

@@ -1,6 +1,6 @@
 """Session directories that never became sessions (SPEC §5.4 item 1, §26 item 2, issue 9).
 
-Creation is atomic (`_fileio.create_session_file`), so a kill during it leaves a directory without
+Creation is atomic (`_create.create_session_file`), so a kill during it leaves a directory without
 `session.jsonl`, perhaps holding the creation's temp file; versions before atomic creation could
 leave an empty `session.jsonl`. Such a directory reads as never materialized
 (`SESSION_UNMATERIALIZED`): it holds no header, hence no history to lose.

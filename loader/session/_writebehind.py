@@ -1,0 +1,279 @@
+"""The write-behind path of the JSONL store (SPEC §5.4 items 2–3, §5.5 barriers): `WriteBehind`,
+the half of `SessionStore` that queues, writes and flushes a live session's lines.
+
+Write path (§5.4): `Session.append` calls the store's sink, which serializes the event and queues the
+line synchronously. A timer of `batch_delay_ms` (0 = next loop iteration) starts when an idle queue
+receives work; when it fires, one writer task appends the whole queue as one batch in one
+`asyncio.to_thread` call, through the descriptor the flock is held on (`FileIO.attach`). With
+`fsync`, the batch is then made durable by the store's `SyncGroup` (issue 13 group commit: the syncs
+requested in one loop iteration, by any session's batch or creation, share one `syncfs`/fsync).
+`flush` is the durability barrier (§5.5): it cancels the timer, waits for an in-flight write and
+drains the queue; concurrent flushes share one barrier task; it returns only after the sync.
+
+Invariants, per live session:
+- At most one write is in flight (`_Live.writer`); the barrier and the timer only ever start a write
+  when `writer is None`. Blocking I/O never runs concurrently for one file (§4).
+- A batch leaves the queue only after its write succeeded, and `committed` is then the file size.
+  A failed write truncates the file back to `committed` and keeps the batch at the queue head, so
+  the file never holds a duplicated or skipped seq. Because a thread cannot be cancelled, a write
+  whose awaiting task was cancelled may still land; the next write sees `size > committed` and
+  truncates first, which keeps the same invariant.
+
+Replay runs (`inline_io=True`, SPEC §26 item 1): under a transcript nothing external happens, so
+the order of all agents must be a function of the transcript alone. A worker thread would make
+*when* the loop resumes an awaiting task depend on the OS scheduler, so there the same blocking
+calls run inline on the loop thread, and the write-behind timer is always next-loop-iteration
+(`call_soon`, FIFO like every other ready callback) whatever `batch_delay_ms` says. There a write
+needs no task either (issue 13): the timer's callback or the flush itself writes the queue at once
+(`_write_inline`); with `fsync` the batch is committed only when the group sync covering it returns,
+and until then `writer` is a future that sync's callback completes, so "one write in flight", the
+truncate-on-failure rule and "a flush that returns means fsynced" hold as with the writer task. A
+flush with fsync off and nothing in flight therefore returns without suspending: what a checkpoint
+costs in loop iterations is not part of the replay contract (transcripts/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from pathlib import Path
+from typing import Any
+
+from dsh.loader.errors import CheckpointError
+from dsh.loader.session._fileio import FileIO, StoreIO, append_batch, append_held
+from dsh.loader.session._syncgroup import SyncGroup
+from dsh.loader.session.envelope import Event
+from dsh.loader.session.session import Session
+from dsh.loader.texts import render
+
+__all__ = ["WriteBehind"]
+
+logger = logging.getLogger("dsh.loader.session.store")  # the store's log, as before the split
+
+
+class _Live:
+    """Per-session store state; touched only on the loop thread."""
+
+    session: Session
+
+    def __init__(self, path: Path, lock_fd: int, committed: int) -> None:
+        self.path = path
+        self.lock_fd = lock_fd
+        self.committed = committed  # file size after the last confirmed write
+        self.queue: list[bytes] = []  # encoded lines, oldest first; the head batch may be a failed one
+        self.timer: asyncio.Handle | None = None
+        # The write in flight: a task (thread I/O), or under inline I/O a future the group sync's
+        # callback completes; its result is the write's failure, or None.
+        self.writer: asyncio.Future[BaseException | None] | None = None
+        self.barrier: asyncio.Task[None] | None = None
+        self.closing: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None  # the last write failure, cleared by a success
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # Shared tasks are awaited through shield(); mark the exception retrieved even if nobody stayed.
+    if not task.cancelled():
+        task.exception()
+
+
+class WriteBehind:
+    """Queue, timer, writes and barrier of every live session (`_live`); `SessionStore` adds
+    lookup, creation, close and load. The fields are `SessionStore`'s (set in its `__init__`)."""
+
+    io: StoreIO
+    fsync: bool
+    batch_delay_ms: int
+    inline_io: bool
+    _sync: SyncGroup
+    _live: dict[str, _Live]
+
+
+    def _enqueue(self, live: _Live, event: Event, line: bytes) -> None:
+        """The Session's line sink: synchronous; raising here keeps the event out of the log."""
+        live.queue.append(line)
+        # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
+        if live.timer is None and live.writer is None and live.barrier is None:
+            self._arm_timer(live)
+
+    def _arm_timer(self, live: _Live) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: the queue waits for the next flush
+        if self.batch_delay_ms <= 0 or self.inline_io:  # replay: no clock decides the order (§26 item 1)
+            live.timer = loop.call_soon(self._on_timer, live)
+        else:
+            live.timer = loop.call_later(self.batch_delay_ms / 1000, self._on_timer, live)
+
+    def _on_timer(self, live: _Live) -> None:
+        live.timer = None
+        if live.writer is None and live.barrier is None and live.queue:
+            if self.inline_io:
+                self._write_inline(live, rearm=True)  # a failure is remembered and retried
+            else:
+                self._start_write(live)
+
+    def _write_inline(self, live: _Live, *, rearm: bool) -> BaseException | None:
+        """Write the whole queue now, on the loop thread, with no task (replay runs, SPEC §26 item 1).
+
+        Without fsync the batch is committed before this returns. With fsync the batch is written
+        now but committed only when the group sync that covers it returns: until then `live.writer`
+        is a future completed by that sync's callback, so one write is in flight, as with a task.
+        Returns the write's failure (remembered in `live.error`); a sync failure is the writer's result.
+        """
+        assert live.writer is None, "one write per session at a time"
+        count = len(live.queue)
+        data = b"".join(live.queue)
+        try:
+            if self.io.__class__ is FileIO:  # the real I/O: one frame through the held descriptor
+                size = append_held(live.lock_fd, live.path, data, self.fsync, live.committed)
+            else:  # a double: through its methods
+                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+        except Exception as exc:
+            live.error = exc
+            logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
+            return exc
+        if not self.fsync:
+            self._commit(live, count, size, rearm=rearm)
+            return None
+        writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        writer.add_done_callback(_retrieve)
+        live.writer = writer
+        group = self._sync.request(fds=[live.lock_fd])
+        group.add_done_callback(functools.partial(self._on_synced, live, writer, count, size, size - len(data)))
+        return None
+
+    def _on_synced(
+        self, live: _Live, writer: asyncio.Future[BaseException | None], count: int, size: int, before: int,
+        group: asyncio.Future[None],
+    ) -> None:
+        """The group sync covering an inline batch returned: commit it, or cut it back (the
+        truncate-on-failure rule: `committed` only ever names fsynced bytes)."""
+        live.writer = None
+        error = None if group.cancelled() else group.exception()
+        if group.cancelled() or error is not None:
+            try:
+                self.io.truncate(live.path, before, self.fsync)
+            except Exception:
+                logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            if group.cancelled():  # the loop is going away: nobody may be told the data is durable
+                writer.cancel()
+                return
+            live.error = error
+            logger.warning("session %s: sync of %d events failed: %s", live.session.id, count, error)
+            writer.set_result(error)
+            return
+        writer.set_result(None)
+        self._commit(live, count, size, rearm=True)
+
+    def _commit(self, live: _Live, count: int, size: int, *, rearm: bool) -> None:
+        # The batch leaves the queue in the same step that records the new size.
+        live.error = None
+        live.committed = size
+        del live.queue[:count]
+        if rearm and live.queue and live.barrier is None and live.timer is None:
+            self._arm_timer(live)  # events that arrived during the write
+
+    def _start_write(self, live: _Live) -> asyncio.Task[BaseException | None]:
+        assert live.writer is None, "one write per session at a time"
+        count = len(live.queue)
+        data = b"".join(live.queue)
+        live.writer = asyncio.get_running_loop().create_task(
+            self._write(live, count, data), name=f"session-write:{live.session.id}"
+        )
+        live.writer.add_done_callback(_retrieve)
+        return live.writer
+
+    async def _write(self, live: _Live, count: int, data: bytes) -> BaseException | None:
+        """Write the head `count` lines; return the failure instead of raising it (it is remembered)."""
+        try:
+            size = await asyncio.to_thread(  # thread I/O only: inline writes go through `_write_inline`
+                functools.partial(append_batch, defer_sync=True), self.io, live.path, data, self.fsync, live.committed
+            )
+            if self.fsync:
+                await self._synced(live, size - len(data))
+        except Exception as exc:
+            live.writer = None
+            live.error = exc
+            logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
+            return exc
+        except BaseException:
+            live.writer = None
+            raise
+        # Sync from here: the batch leaves the queue in the same step that records the new size.
+        live.writer = None
+        live.error = None
+        live.committed = size
+        del live.queue[:count]
+        if live.queue and live.barrier is None and live.timer is None:
+            self._arm_timer(live)  # events that arrived during the write
+        return None
+
+    async def _synced(self, live: _Live, before: int) -> None:
+        """Group-commit the batch just written (`_syncgroup`); on failure cut it back and raise, so
+        `committed` only ever names fsynced bytes (the truncate-on-failure rule of `append_batch`)."""
+        try:
+            await self._sync.sync(fds=[live.lock_fd])
+        except BaseException:
+            try:
+                self.io.truncate(live.path, before, self.fsync)
+            except Exception:
+                logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            raise
+
+    async def flush(self, session: Session) -> None:
+        """Durability barrier (§5.4 item 3). Raises `CheckpointError`; the batch then stays queued."""
+        live = self._live.get(session.id)
+        if live is None or live.session is not session:
+            return
+        if self.inline_io:
+            await self._flush_inline(live)
+            return
+        if live.barrier is None:
+            if not live.queue and live.writer is None:
+                return
+            live.barrier = asyncio.get_running_loop().create_task(
+                self._drain(live), name=f"session-flush:{session.id}"
+            )
+            live.barrier.add_done_callback(_retrieve)
+        await asyncio.shield(live.barrier)
+
+    async def _flush_inline(self, live: _Live) -> None:
+        """The barrier without a task (replay runs): with nothing in flight and fsync off it returns
+        without suspending; with fsync it waits for the group sync covering its batch, so a
+        checkpoint is still durable before the step proceeds. A write in flight is waited for and
+        a failure there retried, as `_drain` does."""
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        while True:
+            if live.writer is not None:
+                await asyncio.shield(live.writer)
+                continue
+            if not live.queue:
+                return
+            error = self._write_inline(live, rearm=False)
+            if error is None and live.writer is not None:
+                error = await asyncio.shield(live.writer)
+            if error is not None:
+                message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                raise CheckpointError(message) from error
+
+    async def _drain(self, live: _Live) -> None:
+        try:
+            if live.timer is not None:
+                live.timer.cancel()
+                live.timer = None
+            while True:
+                if live.writer is not None:
+                    await asyncio.shield(live.writer)  # a failure there is retried by the next pass
+                    continue
+                if not live.queue:
+                    return
+                error = await asyncio.shield(self._start_write(live))
+                if error is not None:
+                    message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                    raise CheckpointError(message) from error
+        finally:
+            live.barrier = None
