@@ -19,6 +19,8 @@ the same events (taken from the runtime's own logs of that N, decoded before the
 - with fsync, one `syncfs` per group (the cheapest durable group commit: every session's write
   number k in one round, one sync per round, as `persistence.py`'s floor), plus the two creation
   groups (the headers before any name points at them, the directory entries after the links);
+  printed twice: with the runtime's tool barriers (its pool of 10 calls makes the root's one step
+  100 call/result groups at N=1,000) and with one tool barrier per step (all calls started at once);
 - at the end `flock(LOCK_UN)` and `close` per session.
 
 So the floor assumes perfect grouping (every session's k-th barrier shares one sync) and does no
@@ -50,17 +52,24 @@ FILE = "session.jsonl"
 TEMP = ".session.jsonl.tmp-"
 
 
-def cut_batches(events: list[dict]) -> list[list[dict]]:
-    """A session's events as the writes its barriers need at least (module docstring)."""
+def cut_batches(events: list[dict], *, pool: bool = True) -> list[list[dict]]:
+    """A session's events as the writes its barriers need at least (module docstring). With `pool`
+    every `tool/result` after `tool/call`s is a cut (the runtime's tool pool runs 10 calls at a
+    time, so a 1,000-call step interleaves 100 call/result groups); without it one cut per step
+    (every call of a step started at once: the fewest barriers the rules allow for these events)."""
     batches: list[list[dict]] = []
     current: list[dict] = []
-    after_call = False
+    after_call = cut_in_step = False
     for event in events:
         kind = event["type"]
-        cut = kind in ("step/start", "assistant/message") or (kind == "tool/result" and after_call)
-        if cut and current:
+        if kind == "step/start":
+            cut_in_step = False
+        tool_cut = kind == "tool/result" and after_call and (pool or not cut_in_step)
+        if (kind in ("step/start", "assistant/message") or tool_cut) and current:
             batches.append(current)
             current = []
+        if tool_cut:
+            cut_in_step = True
         after_call = kind == "tool/call" or (after_call and kind != "tool/result")
         current.append(event)
     if current:
@@ -68,14 +77,14 @@ def cut_batches(events: list[dict]) -> list[list[dict]]:
     return batches
 
 
-def logs_of(home: str) -> list[tuple[str, dict, list[list[dict]]]]:
-    """(id, header, batches) of every session a run left under `home`, root first."""
+def logs_of(home: str) -> list[tuple[str, dict, list[dict]]]:
+    """(id, header, events) of every session a run left under `home`, root first."""
     out = []
     sessions = os.path.join(home, "sessions")
     for sid in sorted(os.listdir(sessions), key=lambda s: (not s.startswith("session-"), s)):
         with open(os.path.join(sessions, sid, FILE), "rb") as f:
             lines = f.read().splitlines()
-        out.append((sid, json.loads(lines[0]), cut_batches([json.loads(line) for line in lines[1:]])))
+        out.append((sid, json.loads(lines[0]), [json.loads(line) for line in lines[1:]]))
     return out
 
 
@@ -154,9 +163,9 @@ def floor_loop(home: str, logs: list[tuple[str, dict, list[list[dict]]]], fsync:
 
 def child(argv: list[str]) -> None:
     """The floor process: `--floor-child INPUT HOME FSYNC`; prints one JSON line."""
-    source, home, fsync = argv[0], argv[1], argv[2] == "true"
+    source, home, fsync, pool = argv[0], argv[1], argv[2] == "true", argv[3] == "pool"
     with open(source, "rb") as f:
-        logs = marshal.load(f)
+        logs = [(sid, header, cut_batches(events, pool=pool)) for sid, header, events in marshal.load(f)]
     result = floor_loop(home, logs, fsync)
     result["imports"] = _T_IMPORTS
     print(json.dumps(result))
@@ -181,7 +190,7 @@ def main() -> None:
     env.pop("DSH_HOME", None)
     runtime: dict[int, list[float]] = {n: [] for n in sizes}
     floors: dict[int, list[dict]] = {n: [] for n in sizes}
-    floor_walls: dict[int, list[float]] = {n: [] for n in sizes}
+    floors_all: dict[int, list[dict]] = {n: [] for n in sizes}  # one tool barrier per step
     start: list[float] = []
     with tempfile.TemporaryDirectory(prefix="dsh-ffloor-", dir=os.environ.get("BENCH_DIR")) as tmp:
         files, inputs, runtime_bytes = {}, {}, {}
@@ -201,42 +210,43 @@ def main() -> None:
                     inputs[n].write_bytes(marshal.dumps(logs_of(str(home))))
                     runtime_bytes[n] = sum(p.stat().st_size for p in home.glob("sessions/*/session.jsonl"))
                 shutil.rmtree(home, ignore_errors=True)
-                fhome = Path(tmp) / f"floor-{n}-{r}"
-                cmd = [sys.executable, __file__, "--floor-child", str(inputs[n]), str(fhome), str(fsync).lower()]
-                fwall, _, fout = run_once(cmd, env, f"floor-{n}")
-                floors[n].append(json.loads(fout))
-                if floors[n][-1]["bytes"] != runtime_bytes[n]:  # the same bytes, or the floor is wrong
-                    raise SystemExit(f"N={n}: floor wrote {floors[n][-1]['bytes']} bytes, runtime {runtime_bytes[n]}")
-                floor_walls[n].append(fwall)
-                shutil.rmtree(fhome, ignore_errors=True)
+                for mode, into in (("pool", floors[n]), ("all", floors_all[n])):
+                    fhome = Path(tmp) / f"floor-{n}-{r}-{mode}"
+                    cmd = [sys.executable, __file__, "--floor-child", str(inputs[n]), str(fhome), str(fsync).lower(), mode]
+                    _, _, fout = run_once(cmd, env, f"floor-{mode}-{n}")
+                    into.append(json.loads(fout))
+                    if into[-1]["bytes"] != runtime_bytes[n]:  # the same bytes, or the floor is wrong
+                        raise SystemExit(f"N={n}: floor wrote {into[-1]['bytes']} bytes, runtime {runtime_bytes[n]}")
+                    shutil.rmtree(fhome, ignore_errors=True)
     load = os.getloadavg()
     pass_s = statistics.median(start)
     print(f"fan-out vs the rule floor, fsync={str(fsync).lower()}, runs={args.repeat}, "
           f"loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, nproc {os.cpu_count()}")
-    print(f"`python -c pass`: median {pass_s * 1000:.0f} ms, cpu {statistics.median(CPU['floor']) * 1000:.0f} ms")
+    cpu_pass = statistics.median(CPU["floor"])
+    print(f"`python -c pass`: median {pass_s * 1000:.0f} ms, cpu {cpu_pass * 1000:.0f} ms")
     for n in sizes:
-        f = floors[n]
-        fl_wall = statistics.median(x["wall"] for x in f)
-        fl_cpu = statistics.median(x["cpu"] for x in f)
-        fl_proc = pass_s + statistics.median(x["imports"] for x in f) + fl_wall
-        rt = statistics.median(runtime[n])
-        rt_cpu = statistics.median(CPU[str(n)])
-        counts = f[0]
-        print(
-            f"N={n:5}  runtime wall {rt:6.2f}s cpu {rt_cpu:6.2f}s | floor loop wall {fl_wall:6.3f}s cpu {fl_cpu:6.3f}s "
-            f"({counts['sessions']} sessions, {counts['events']} events, {counts['writes']} writes, "
-            f"{counts['syncs']} syncs) | floor whole process {fl_proc:6.3f}s "
-            f"(its cpu {statistics.median(CPU['floor-' + str(n)]):6.3f}s incl. reading its input) | "
-            f"runtime/floor wall {rt / fl_proc:5.1f}x cpu {rt_cpu / (fl_cpu + statistics.median(CPU['floor'])):5.1f}x | "
-            f"floor per child {fl_wall / n * 1e6:6.1f} µs (cpu {fl_cpu / n * 1e6:6.1f} µs)"
-        )
+        rt, rt_cpu = statistics.median(runtime[n]), statistics.median(CPU[str(n)])
+        print(f"N={n:5}  runtime: wall {rt:6.2f}s  cpu {rt_cpu:6.2f}s  "
+              f"(per child {(rt - pass_s) / n * 1000:6.3f} ms wall, {rt_cpu / n * 1000:6.3f} ms cpu)")
+        for label, f in (("floor, the runtime's barriers", floors[n]), ("floor, 1 tool barrier/step", floors_all[n])):
+            fl_wall = statistics.median(x["wall"] for x in f)
+            fl_cpu = statistics.median(x["cpu"] for x in f)
+            fl_proc = pass_s + statistics.median(x["imports"] for x in f) + fl_wall
+            counts = f[0]
+            print(
+                f"  {label:30} loop wall {fl_wall:6.3f}s cpu {fl_cpu:6.3f}s; whole process {fl_proc:6.3f}s "
+                f"({counts['sessions']} sessions, {counts['events']} events, {counts['writes']} writes, "
+                f"{counts['syncs']} syncs, {counts['bytes'] / 1e6:.1f} MB); runtime / floor: wall {rt / fl_proc:5.1f}x "
+                f"cpu {rt_cpu / (fl_cpu + cpu_pass):5.1f}x; floor per child {fl_wall / n * 1e6:6.0f} µs wall "
+                f"{fl_cpu / n * 1e6:6.0f} µs cpu"
+            )
     if len(sizes) > 1:
         lo = sizes[0]
         for n in sizes[1:]:
             fl = (statistics.median(x["wall"] for x in floors[n]) - statistics.median(x["wall"] for x in floors[lo])) / (n - lo)
             rt_m = (statistics.median(CPU[str(n)]) - statistics.median(CPU[str(lo)])) / (n - lo)
-            print(f"marginal per child ({lo}->{n}): runtime cpu {rt_m * 1000:.3f} ms, floor wall {fl * 1000:.3f} ms")
-
+            print(f"marginal per child ({lo}->{n}): runtime cpu {rt_m * 1000:.3f} ms, floor (runtime's barriers) "
+                  f"wall {fl * 1000:.3f} ms")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--floor-child":
