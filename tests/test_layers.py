@@ -131,8 +131,8 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
 ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "workflow": 1, "reader": 1,
-                                "projection": 1, "settle": 1, "backends": 2, "turn": 3, "stream": 3, "client": 4,
-                                "control": 4, "worker": 5}
+                                "projection": 1, "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3,
+                                "client": 4, "control": 4, "worker": 5}
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():

@@ -28,11 +28,13 @@ from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences
 from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES
+from dsh.loader.engines.recording import LoggedRecording
 from dsh.loader.engines.stream import LONG_POLL, Feed, HomeFeed, StreamMode, choose_feed
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
 from dsh.loader.models import FunctionInfo, FunctionProvider, FunctionReply, ModelProvider, ModelRequest, ReplayProvider
 from dsh.loader.models.budget import RunBudget, RunLimits
+from dsh.loader.models.recorder import secrets_from_env
 from dsh.loader.ndjson import parked_entry, record
 from dsh.loader.session import ReadResult
 from dsh.loader.texts import render
@@ -88,7 +90,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
 def refuse(request: RunRequest) -> Transcript | None:
     """What this engine cannot run, refused before anything starts (not ignored); the script, or
     None for a live run (the workers' providers)."""
-    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
+    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout")):
         if given is not None:  # refused, not ignored: each is a later slice
             raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
     script = request.transcript
@@ -172,6 +174,9 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
     finally:
         run.cancel()
     await feed.drain()
+    if request.record is not None:
+        task = request.task if request.task is not None or script is None else script.task
+        await asyncio.to_thread(_write_recording, request, script, task or "", feed, result.session_id)
     violations = list(result.violations)
     if script is not None:
         violations += await asyncio.to_thread(lambda: _unconsumed(script, feed.logs(), result.session_id))
@@ -248,6 +253,23 @@ class StallWatch:
             sinks.records.emit(record("waiting", rootSessionId=self.root_id, parked=entries))
         if sinks.on_waiting is not None:
             sinks.on_waiting(entries)
+
+
+def _write_recording(request: RunRequest, script: Transcript | None, task: str, feed: Feed, root_id: str) -> None:
+    """`--record` on Temporal (recording.py): rebuilt from the tree's logs, redacted as `run_tree`
+    redacts (this process's `*_KEY`/`*_TOKEN`/`*_SECRET` values and its model key, if any)."""
+    assert request.record is not None
+    recording = LoggedRecording(ReplayProvider(script) if script is not None else _NOT_HERE, root_id, feed.logs())
+    secrets = secrets_from_env(os.environ)
+    variable = request.config.model.api_key_env
+    key = os.environ.get(variable) if variable is not None else None
+    if key:
+        secrets.append(key)
+    overlays = request.overlays or (list(script.spec.overlays) if script is not None else [])
+    try:
+        recording.write(request.record, task=task, overlays=overlays or None, redact=secrets, logs=recording.events)
+    except OSError as exc:
+        _warn(request, f"dsh: could not write the recording {request.record}: {exc}")
 
 
 def _warn(request: RunRequest, text: str) -> None:
