@@ -9,6 +9,7 @@ SDK finish in-flight tasks. Needs the `temporal` extra; temporalio is imported h
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -22,6 +23,9 @@ def worker(
         "--profile", metavar="NAME", help="Profile name or path (its temporal.* keys)." + default(PROFILE_DEFAULT))] = None,
     overlay: Annotated[Optional[list[str]], typer.Option(
         "--overlay", metavar="NAME", help="Overlay name or path (repeatable).")] = None,
+    home: Annotated[Optional[Path], typer.Option(
+        "--home", metavar="DIR",
+        help="The trees' storage root on this machine, shared by every worker (default: each run's --home).")] = None,
 ) -> None:
     """Run a Temporal worker for dsh agent trees (engine: temporal) until Ctrl-C."""
     import asyncio
@@ -47,7 +51,7 @@ def worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         client = await connect(temporal.address, temporal.namespace)
-        await run_worker(client, [temporal.task_queue], stop, model=config.model)  # its own model and key
+        await run_worker(client, [temporal.task_queue], stop, model=config.model, home=home)  # its own model and key
 
     try:
         asyncio.run(main())

@@ -130,8 +130,9 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
-ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "interrupts": 0, "workflow": 1, "projection": 1, "settle": 1,
-                                "backends": 2, "turn": 3, "client": 4, "control": 4, "worker": 5}
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "workflow": 1, "reader": 1,
+                                "projection": 1, "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3,
+                                "client": 4, "control": 4, "worker": 5}
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():
@@ -146,6 +147,9 @@ def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():
     # And `RunBudget`: plain counting, no I/O, no clock, so the root workflow keeps the tree's run
     # budget with the local engine's own check-and-count (loader/engines/README.md "Run budgets").
     assert workflow == ["dsh.loader.engines.wire", "dsh.loader.models.budget"]
+    # The stream's reader workflow (reader.py) sees only the page types.
+    reader = [m for _, m in imports_of(ROOT / "loader" / "engines" / "reader.py") if m.startswith("dsh.")]
+    assert reader == ["dsh.loader.engines.pages"]
 
 
 # Modules whose first import runs a package's import chain from an unusual end; a fresh interpreter

@@ -27,14 +27,16 @@ from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences
-from dsh.loader.engines.projection import TreeTail
-from dsh.loader.engines.settle import logged_output
+from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES
+from dsh.loader.engines.recording import LoggedRecording
+from dsh.loader.engines.stream import LONG_POLL, Feed, HomeFeed, StreamMode, choose_feed
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
 from dsh.loader.models import FunctionInfo, FunctionProvider, FunctionReply, ModelProvider, ModelRequest, ReplayProvider
 from dsh.loader.models.budget import RunBudget, RunLimits
+from dsh.loader.models.recorder import secrets_from_env
 from dsh.loader.ndjson import parked_entry, record
-from dsh.loader.session import SessionStore
+from dsh.loader.session import ReadResult
 from dsh.loader.texts import render
 from dsh.loader.tools import tools_for
 from dsh.loader.transcripts import Transcript
@@ -88,7 +90,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
 def refuse(request: RunRequest) -> Transcript | None:
     """What this engine cannot run, refused before anything starts (not ignored); the script, or
     None for a live run (the workers' providers)."""
-    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout"), (request.record, "--record")):
+    for given, flag in ((request.resume, "--resume"), (request.timeout, "--timeout")):
         if given is not None:  # refused, not ignored: each is a later slice
             raise ConfigError(render("T-ENGINE-UNSUPPORTED", what=flag), code="USAGE")
     script = request.transcript
@@ -134,40 +136,50 @@ def _config_failure(exc: WorkflowFailureError) -> ConfigError | None:
 
 
 async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, client: Client | None = None,
-                            *, tail_interval: float = TAIL_INTERVAL) -> RunResult:
+                            *, tail_interval: float = TAIL_INTERVAL, stream: StreamMode = "auto",
+                            page_bytes: int = PAGE_BYTES, page_lines: int = PAGE_LINES,
+                            long_poll: float = LONG_POLL) -> RunResult:
     """`run_tree` on the Temporal engine: same request, same sinks, same result shape.
 
-    The sinks are fed by tailing the tree's logs (projection.py) while the root workflow runs, and
-    once more after it returned, when every turn activity has closed its log: so the stream and
-    the result's ledgers hold every line, whatever the passes' timing."""
+    The sinks are fed by reading the tree's logs (stream.py: from the home when this process shares
+    it with the workers, else from the server; `stream` forces one) while the root workflow runs,
+    and once more after it returned, when every turn activity has closed its log: so the stream
+    and the result's ledgers hold every line, whatever the passes' timing."""
     started = request.clock()
     script = refuse(request)
     if client is None:
         client = await connect(temporal.address, temporal.namespace)
     root_id = new_root_id()
     sinks = request.sinks
-    tail = TreeTail(Path(request.home), root_id, sinks)
     if sinks.records is not None:
         shown = ReplayProvider(script) if script is not None else _NOT_HERE
         model = "replay" if script is not None else request.config.model.model
         sinks.records.init(init_record(request, shown, model, root_id, root_tool_names(request, shown)))
     run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
-    stall = StallWatch(client, request, root_id, tail) if request.config.run.parked == "wait" else None
+    waits = request.config.run.parked == "wait"
     try:
+        # Under `run.parked: wait` a page waits at most a second, so the stall question is asked.
+        feed = await choose_feed(stream, client, temporal.task_queue, Path(request.home), root_id, sinks, run,
+                                 tail_interval, max_bytes=page_bytes, max_lines=page_lines,
+                                 long_poll=min(long_poll, 1.0) if waits else long_poll)
+        stall = StallWatch(client, request, root_id, feed) if waits else None
+        every = STALL_EVERY if isinstance(feed, HomeFeed) else 1
         passes = 0
         while not run.done():
-            tail.poll()
-            if stall is not None and passes % STALL_EVERY == 0:
-                await stall.check()
+            await feed.step(run, tail_interval)
             passes += 1
-            await asyncio.wait({run}, timeout=tail_interval)  # a periodic read, not an ordering: see above
+            if stall is not None and passes % every == 0:
+                await stall.check()
         result = run.result()
     finally:
         run.cancel()
-    tail.poll()
+    await feed.drain()
+    if request.record is not None:
+        task = request.task if request.task is not None or script is None else script.task
+        await asyncio.to_thread(_write_recording, request, script, task or "", feed, result.session_id)
     violations = list(result.violations)
     if script is not None:
-        violations += await asyncio.to_thread(_unconsumed, script, Path(request.home), result.session_id)
+        violations += await asyncio.to_thread(lambda: _unconsumed(script, feed.logs(), result.session_id))
         violations += unused_fences(list(script.spec.fences), result.fences_engaged)
     error = result.error
     exhausted = result.budget.get("exhausted")
@@ -179,20 +191,20 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
             error = {"code": "BUDGET_EXHAUSTED", "message": message.message}
     if error is None and violations:
         error = {"code": violations[0]["code"], "message": violations[0].get("message", "")}
+    tree = feed.projection
     return RunResult(
         root_session_id=result.session_id,
         stop_reason=result.stop_reason,
         exit_code=exit_code_for(result.stop_reason, violations, exhausted is not None),
-        output=await asyncio.to_thread(logged_output, Path(request.home), result.session_id) if result.output_in_log
-        else result.output,
-        usage=tail.total_usage(),
+        output=await asyncio.to_thread(feed.root_output) if result.output_in_log else result.output,
+        usage=tree.total_usage(),
         violations=violations,
         error=error,
-        subagents=tail.subagents(),
+        subagents=tree.subagents(),
         model="replay" if script is not None else request.config.model.model,
         released=list(result.released),
         budget=dict(result.budget),
-        num_turns=tail.root_turns(),
+        num_turns=tree.root_turns(),
         duration_ms=max(0, round((request.clock() - started) * 1000)),
     )
 
@@ -205,11 +217,11 @@ class StallWatch:
     A stall is seen by asking (every STALL_EVERY reads): one that ends before the next question
     goes unreported, and a person cannot end one that fast."""
 
-    def __init__(self, client: Client, request: RunRequest, root_id: str, tail: TreeTail) -> None:
+    def __init__(self, client: Client, request: RunRequest, root_id: str, feed: Feed) -> None:
         self.client = client
         self.request = request
         self.root_id = root_id
-        self.tail = tail
+        self.feed = feed
         self.reported = False
 
     async def check(self) -> None:
@@ -225,11 +237,11 @@ class StallWatch:
         if self.reported:
             return
         self.reported = True
-        self.tail.poll()
+        await self.feed.drain()
         sinks, home = self.request.sinks, Path(self.request.home)
         entries = []
         for sid in view.parked:
-            known = self.tail.tails.get(sid)
+            known = self.feed.projection.tails.get(sid)
             entries.append(parked_entry(sid, known.parent_id or "" if known else "", known.label if known else "",
                                         home, engine="temporal"))
         text = render("T-CLI-STALLED", ids=", ".join(e["address"] for e in entries))
@@ -241,6 +253,23 @@ class StallWatch:
             sinks.records.emit(record("waiting", rootSessionId=self.root_id, parked=entries))
         if sinks.on_waiting is not None:
             sinks.on_waiting(entries)
+
+
+def _write_recording(request: RunRequest, script: Transcript | None, task: str, feed: Feed, root_id: str) -> None:
+    """`--record` on Temporal (recording.py): rebuilt from the tree's logs, redacted as `run_tree`
+    redacts (this process's `*_KEY`/`*_TOKEN`/`*_SECRET` values and its model key, if any)."""
+    assert request.record is not None
+    recording = LoggedRecording(ReplayProvider(script) if script is not None else _NOT_HERE, root_id, feed.logs())
+    secrets = secrets_from_env(os.environ)
+    variable = request.config.model.api_key_env
+    key = os.environ.get(variable) if variable is not None else None
+    if key:
+        secrets.append(key)
+    overlays = request.overlays or (list(script.spec.overlays) if script is not None else [])
+    try:
+        recording.write(request.record, task=task, overlays=overlays or None, redact=secrets, logs=recording.events)
+    except OSError as exc:
+        _warn(request, f"dsh: could not write the recording {request.record}: {exc}")
 
 
 def _warn(request: RunRequest, text: str) -> None:
@@ -264,13 +293,12 @@ def root_tool_names(request: RunRequest, provider: ModelProvider) -> list[str]:
     return [t.name for t in tools_for("root", tree.manager, tree.catalogue)]
 
 
-def _unconsumed(script: Transcript, home: Path, root_id: str) -> list[dict[str, Any]]:
+def _unconsumed(script: Transcript, logs: dict[str, ReadResult], root_id: str) -> list[dict[str, Any]]:
     """REPLAY_UNCONSUMED over the whole tree: bind every session in creation order (as a resumed
-    run does, tree.py) so each script's cursor is what its log shows served."""
-    store = SessionStore(home)
+    run does, tree.py) so each script's cursor is what its log shows served. `logs`: the home's
+    sessions, or the bytes the server's pages carried (stream.py)."""
     sessions: list[tuple[int, str, dict[str, Any] | None, list[dict[str, Any]]]] = []
     wanted = {root_id}
-    logs = {sid: store.read(sid) for sid in _session_ids(store.sessions_dir)}
     changed = True
     while changed:  # the tree: sessions whose parent is in it
         changed = False
@@ -286,7 +314,3 @@ def _unconsumed(script: Transcript, home: Path, root_id: str) -> list[dict[str, 
     for _, sid, descriptor, events in sorted(sessions, key=lambda s: (s[0], s[1])):
         replay.resume_session(sid, None if sid == root_id else descriptor, events)
     return [dict(v) for v in replay.finish_checks()]
-
-
-def _session_ids(sessions_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in sessions_dir.glob("*/session.jsonl"))

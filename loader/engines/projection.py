@@ -1,27 +1,36 @@
-"""A Temporal run as the client sees it: the tree's JSONL logs, tailed (loader/engines/README.md).
+"""A Temporal run as the client sees it: the tree's JSONL logs, read in passes (loader/engines/README.md).
 
-The turn activities write every session's log on the shared `--home`; the client follows those
-files and turns each new line into what the local engine's sinks would have seen: an `event` record
-per durable event (and a `retry` record per `llm/retry`), a `lifecycle` `subagent/start` after a
-child's `subagent/epoch` event, a `subagent/end` after the parent's log holds that child's
-settlement notice. The same pass keeps the run result's ledgers (usage and turns per session, the
-`subagents` rows), so `result` is built from the same lines the stream showed.
+The turn activities write every session's log on the workers' `--home`. Two halves:
+- `read_page` reads the logs from a `Cursor` (pages.py): one pass over the tree's sessions, new
+  bytes of complete lines only, bounded by bytes and lines; it runs in this process when the home
+  is shared (`TreeTail`) or in the workers' activity `dsh.stream_page` when it is not (stream.py);
+- `TreeProjection` turns those bytes into what the local engine's sinks would have seen: an
+  `event` record per durable event (and a `retry` record per `llm/retry`), a `lifecycle`
+  `subagent/start` after a child's `subagent/epoch` event, a `subagent/end` after the parent's log
+  holds that child's settlement notice. The same pass keeps the run result's ledgers (usage and
+  turns per session, the `subagents` rows), so `result` is built from the same lines the stream
+  showed. Both paths run this same code over the same bytes, so they print the same NDJSON.
 
-Why tail rather than publish through the workflow: the log is already the durable projection, so
-the stream costs no workflow history (a 1,000-child tree would otherwise spend most of its history
+Why read logs rather than publish through the workflow: the log is already the durable projection,
+so the stream costs no workflow history (a 1,000-child tree would otherwise spend most of its history
 budget on events), and a client that starts late, or restarts, reads the same records.
 
 Invariants:
-- a line is emitted once, when complete: `offset` counts the bytes of emitted lines, and a partial
-  last line is read again next pass (crash repair truncates a torn tail back to a line boundary,
-  which is `offset` or beyond it);
-- a session belongs to the tree when its header names a parent that does, the root by its id;
+- a line is read once, when complete: a cursor offset counts the bytes handed on, and a partial last
+  line is read again next pass (crash repair truncates a torn tail back to a line boundary, which is
+  the offset or beyond it); only a complete line longer than a page is handed on in pieces, and the
+  projection emits it once its last piece came;
+- a session belongs to the tree when its header names a parent that does, the root by its id; its
+  index in the cursor is fixed once it joined;
 - per session, records follow the log's order; across sessions the order is the passes' (the
-  comparison with the local engine is per agent, tests/temporal/test_stream.py).
+  comparison with the local engine is per agent, tests/temporal/test_stream.py). A pass cut by a
+  full page goes on in the next page where it stopped, with no new scan: the same records, in the
+  same order, as one pass; end edges waiting for their child go out at the end of a pass.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from dsh.loader.engines.interrupts import INTERRUPT_EVENT
+from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES, PASS_END, Cursor, Page
 from dsh.loader.ndjson import record, retry_record
 from dsh.loader.sinks import RunSinks
 
-__all__ = ["SessionTail", "TreeTail"]
+__all__ = ["SessionTail", "TreeProjection", "TreeTail", "has_lines", "read_page"]
 
 NOTICE = "subagent-settled"
 
@@ -41,14 +51,107 @@ def _zero() -> dict[str, int]:
     return {"inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0}
 
 
+# -- reading: the logs from a cursor (here, or in the workers' `dsh.stream_page`) ---------------------
+
+def read_page(sessions_dir: Path, root_id: str, cursor: Cursor, headers: dict[str, str | None],
+              max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES) -> Page:
+    """One pass over the tree's logs from `cursor` (or the rest of a pass a full page cut short),
+    at most `max_bytes` of log bytes and `max_lines` lines. `headers` caches the parent of each
+    session directory seen outside the tree (a header never changes once complete)."""
+    sessions = [list(s) for s in cursor.sessions] or [[root_id, -1, 0]]
+    if cursor.at == 0:
+        _discover(sessions_dir, sessions, headers)
+    budget = [max_bytes, max_lines]
+    pieces: list[list[Any]] = []
+    for index in range(max(cursor.at - 1, 0), len(sessions)):
+        sid, _, offset = sessions[index]
+        data = _read(sessions_dir / str(sid) / "session.jsonl", int(offset), budget, fresh=not pieces)
+        if data:
+            pieces.append([index, base64.b64encode(data).decode("ascii")])
+            sessions[index][2] = int(offset) + len(data)
+        if budget[0] <= 0 or budget[1] <= 0:  # full: the pass goes on from here next page
+            return Page(pieces, Cursor(sessions, at=index + 1))
+    pieces.append([PASS_END, ""])
+    return Page(pieces, Cursor(sessions, at=0))
+
+
+def has_lines(page: Page) -> bool:
+    """Whether the page holds any log bytes (not only the end of an empty pass)."""
+    return any(index != PASS_END for index, _ in page.pieces)
+
+
+def _discover(sessions_dir: Path, sessions: list[list[Any]], headers: dict[str, str | None]) -> None:
+    known = {str(s[0]): i for i, s in enumerate(sessions)}
+    try:
+        names = [e.name for e in os.scandir(sessions_dir) if e.name not in known]
+    except FileNotFoundError:
+        return
+    pending: dict[str, str | None] = {}
+    for name in names:
+        if name not in headers:
+            header = _first_line(sessions_dir / name / "session.jsonl")
+            if header is None:
+                continue  # not materialized yet: look again next pass
+            parent = header.get("parentSession")
+            headers[name] = parent if isinstance(parent, str) else None
+        pending[name] = headers[name]
+    placed = True
+    while placed:  # a grandchild may be listed before its parent
+        placed = False
+        for sid, parent in list(pending.items()):
+            if parent is not None and parent in known:
+                known[sid] = len(sessions)
+                sessions.append([sid, known[parent], 0])
+                del pending[sid]
+                placed = True
+
+
+def _read(path: Path, offset: int, budget: list[int], *, fresh: bool) -> bytes:
+    """The complete lines past `offset` within `budget` ([bytes, lines], spent here). A complete
+    line longer than the whole page goes in pieces (only into a page that holds nothing yet)."""
+    try:
+        size = os.stat(path).st_size
+        if size <= offset:
+            return b""  # nothing new: a stat, not an open, per quiet log and pass
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read(min(size - offset, budget[0]))
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                if len(chunk) == size - offset:
+                    return b""  # a torn tail: read again next pass
+                if not fresh:
+                    budget[0] = 0  # a long line: it starts the next page
+                    return b""
+                rest = f.read(size - offset - len(chunk))
+                if b"\n" not in rest:
+                    return b""  # a long line still being written
+                budget[0] = 0
+                return chunk
+    except (FileNotFoundError, NotADirectoryError):
+        return b""
+    taken = chunk[:end + 1]
+    lines = taken.count(b"\n")
+    if lines > budget[1]:
+        cut = -1
+        for _ in range(budget[1]):
+            cut = taken.index(b"\n", cut + 1)
+        taken, lines = taken[:cut + 1], budget[1]
+    # A chunk cut by the byte budget leaves lines for the next page: this page is full.
+    budget[0] = 0 if len(chunk) < size - offset else budget[0] - len(taken)
+    budget[1] -= lines
+    return taken
+
+
+# -- projecting: bytes to records and ledgers ---------------------------------------------------------
+
 @dataclass
 class SessionTail:
-    """One log being followed: its parent, where the next unread line starts, its ledgers."""
+    """One log being followed: its parent, the bytes of a line not yet complete, its ledgers."""
 
     session_id: str
     parent_id: str | None
-    path: Path
-    offset: int = 0
+    pending: bytes = b""
     header_seen: bool = False
     usage: dict[str, int] = field(default_factory=_zero)
     turns: int = 0
@@ -58,69 +161,46 @@ class SessionTail:
     last_stop: str | None = None
 
 
-class TreeTail:
-    """Follows one tree's logs under `home`; `poll()` reads what is new and emits it."""
+class TreeProjection:
+    """One tree's pages turned into the sinks' records and the result's ledgers. With `keep`, it
+    also keeps each session's bytes (the client without the home checks the logs from them)."""
 
-    def __init__(self, home: Path, root_id: str, sinks: RunSinks) -> None:
-        self.sessions_dir = home / "sessions"
+    def __init__(self, root_id: str, sinks: RunSinks, *, keep: bool = False) -> None:
         self.root_id = root_id
         self.sinks = sinks
-        self.tails: dict[str, SessionTail] = {root_id: self._tail(root_id, None)}
-        self._headers: dict[str, str | None] = {}  # session dirs seen outside the tree so far: id -> parent
+        self.tails: dict[str, SessionTail] = {root_id: SessionTail(root_id, None)}
+        self._order: list[str] = [root_id]  # cursor index -> session id
         self._ends: list[tuple[str, dict[str, Any]]] = []  # end edges waiting for their child's start
+        self.raw: dict[str, bytearray] | None = {} if keep else None
 
-    def _tail(self, session_id: str, parent_id: str | None) -> SessionTail:
-        return SessionTail(session_id, parent_id, self.sessions_dir / session_id / "session.jsonl")
+    def feed(self, page: Page) -> None:
+        sessions = page.cursor.sessions
+        for sid, parent, _ in sessions[len(self._order):]:
+            self._order.append(str(sid))
+            self.tails[str(sid)] = SessionTail(str(sid), str(sessions[parent][0]) if parent >= 0 else None)
+        for index, data in page.pieces:
+            if index == PASS_END:
+                self._flush_ends()
+            else:
+                self._bytes(self.tails[self._order[index]], base64.b64decode(data))
 
-    # -- one pass ---------------------------------------------------------------------------
-    def poll(self) -> None:
-        self._discover()
-        for tail in list(self.tails.values()):
-            self._read(tail)
-        self._flush_ends()
-
-    def _discover(self) -> None:
-        try:
-            entries = [e.name for e in os.scandir(self.sessions_dir) if e.name not in self.tails]
-        except FileNotFoundError:
-            return
-        for name in entries:
-            if name not in self._headers:
-                header = _first_line(self.sessions_dir / name / "session.jsonl")
-                if header is None:
-                    continue  # not materialized yet: look again next pass
-                parent = header.get("parentSession")
-                self._headers[name] = parent if isinstance(parent, str) else None
-        placed = True
-        while placed:  # a grandchild may be listed before its parent
-            placed = False
-            for sid, parent in list(self._headers.items()):
-                if parent is not None and parent in self.tails:
-                    self.tails[sid] = self._tail(sid, parent)
-                    del self._headers[sid]
-                    placed = True
-
-    def _read(self, tail: SessionTail) -> None:
-        try:
-            if os.stat(tail.path).st_size <= tail.offset:
-                return  # nothing new: a stat, not an open, per quiet log and pass
-            with open(tail.path, "rb") as f:
-                f.seek(tail.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return
+    def _bytes(self, tail: SessionTail, data: bytes) -> None:
+        if self.raw is not None:
+            self.raw.setdefault(tail.session_id, bytearray()).extend(data)
+        chunk = tail.pending + data
         end = chunk.rfind(b"\n")
         if end < 0:
+            tail.pending = chunk
             return
-        tail.offset += end + 1
+        tail.pending = chunk[end + 1:]
         for line in chunk[:end].split(b"\n"):
-            data = json.loads(line)
+            data_ = json.loads(line)
             if not tail.header_seen:
                 tail.header_seen = True
                 if self.sinks.on_agent is not None:
-                    self.sinks.on_agent(tail.session_id, data)
+                    self.sinks.on_agent(tail.session_id, data_)
                 continue
-            self._event(tail, data)
+            self._event(tail, data_)
 
     # -- what one event means ---------------------------------------------------------------
     def _event(self, tail: SessionTail, event: dict[str, Any]) -> None:
@@ -193,11 +273,30 @@ class TreeTail:
                  "lastStopReason": t.last_stop, "usage": dict(t.usage), "numTurns": t.turns} for t in children]
 
 
+class TreeTail(TreeProjection):
+    """A tree's logs read from a home this process shares with the workers; `poll()` reads one pass
+    of what is new (in as many pages as it takes) and emits it."""
+
+    def __init__(self, home: Path, root_id: str, sinks: RunSinks, *, keep: bool = False) -> None:
+        super().__init__(root_id, sinks, keep=keep)
+        self.sessions_dir = home / "sessions"
+        self.cursor = Cursor()
+        self._headers: dict[str, str | None] = {}  # session dirs seen outside the tree so far: id -> parent
+
+    def poll(self) -> None:
+        while True:
+            page = read_page(self.sessions_dir, self.root_id, self.cursor, self._headers)
+            self.cursor = page.cursor
+            self.feed(page)
+            if page.cursor.at == 0:
+                return
+
+
 def _first_line(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             line = f.readline()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     if not line.endswith(b"\n"):
         return None

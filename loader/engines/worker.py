@@ -7,12 +7,14 @@ workflow that runs the turn, and the activity heartbeat.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from temporalio import activity
@@ -25,6 +27,9 @@ from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
 from dsh.loader.engines.control import interrupt_workflow, workflow_status
 from dsh.loader.config import ModelConfig
+from dsh.loader.engines.pages import Page, PageAsk
+from dsh.loader.engines.projection import has_lines, read_page
+from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
@@ -267,12 +272,22 @@ class TurnActivities:
     """The activity needs the client to reach its own workflow, so it is a bound method; it also
     holds this worker's live model (its settings and environment: the key never leaves here)."""
 
-    def __init__(self, client: Client, live: LiveModel) -> None:
+    def __init__(self, client: Client, live: LiveModel, home: Path | None = None) -> None:
         self.client = client
         self.live = live
+        self.home = str(home.resolve()) if home is not None else None
+
+    def _at_home(self, home: str) -> str:
+        """The tree's home on this machine: the worker's own `--home` when it was given one (every
+        worker of a tree shares it), else the submitter's."""
+        return self.home if self.home is not None else home
 
     @activity.defn(name="dsh.turn")
     async def turn(self, spec: TurnInput) -> TurnResult:
+        run = spec.agent.run
+        if self._at_home(run.home) != run.home:
+            agent = dataclasses.replace(spec.agent, run=dataclasses.replace(run, home=self._at_home(run.home)))
+            spec = dataclasses.replace(spec, agent=agent)
         workflow_id = activity.info().workflow_id
         assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
         handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
@@ -290,12 +305,38 @@ class TurnActivities:
     @activity.defn(name="dsh.resume_check")
     async def resume_check(self, check: ResumeCheck) -> ResumeFound:
         """The cold-resume header checks (backends.resume_check), off the event loop."""
-        return await asyncio.to_thread(resume_check, check)
+        return await asyncio.to_thread(resume_check, dataclasses.replace(check, home=self._at_home(check.home)))
 
     @activity.defn(name="dsh.settle_failed")
     async def settle_failed(self, failed: FailedRun) -> TreeResult:
         """A child's failed run, settled from its log (settle.py)."""
-        return await settle_failed(failed)
+        return await settle_failed(dataclasses.replace(failed, home=self._at_home(failed.home)))
+
+    @activity.defn(name="dsh.stream_page")
+    async def stream_page(self, ask: PageAsk) -> Page:
+        """A page of a tree's logs for a client without this home (stream.py): read from the
+        cursor; with nothing new, read again every STREAM_EVERY, heartbeating, until a line comes
+        or `wait_seconds` passed (a long-poll: the client does not spin)."""
+        sessions = Path(self._at_home(ask.home)) / "sessions"
+        headers = _HEADERS.setdefault(str(sessions), {})
+        if len(headers) > HEADERS_KEPT:
+            headers.clear()  # a cache only: the headers are read again
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ask.wait_seconds
+        while True:
+            page = await asyncio.to_thread(read_page, sessions, ask.root_id, ask.cursor, headers,
+                                           ask.max_bytes, ask.max_lines)
+            if has_lines(page) or loop.time() >= deadline:
+                return page
+            activity.heartbeat()
+            await asyncio.sleep(STREAM_EVERY)  # a periodic read of a quiet log, not an ordering
+
+
+# The page activity's reads of a quiet tree while it waits (the stream's latency only).
+STREAM_EVERY = 0.05
+# Per home, the parents of the session directories outside a tree (stream_page's scans).
+_HEADERS: dict[str, dict[str, str | None]] = {}
+HEADERS_KEPT = 100_000
 
 
 async def _keep_alive(every: float) -> None:
@@ -308,24 +349,26 @@ async def _keep_alive(every: float) -> None:
 
 
 def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100,
-                model: ModelSettings | None = None, environ: Mapping[str, str] | None = None) -> Worker:
+                model: ModelSettings | None = None, environ: Mapping[str, str] | None = None,
+                home: Path | None = None) -> Worker:
     """A worker; `model` and `environ` build its live provider (default: the default `model.*`
-    settings and this process's environment)."""
+    settings and this process's environment); `home`, the trees' home here (default: each
+    submitter's `--home`)."""
     live = LiveModel(model if model is not None else ModelConfig(), environ if environ is not None else os.environ)
-    activities = TurnActivities(client, live)
+    activities = TurnActivities(client, live, home)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AgentWorkflow],
-        activities=[activities.turn, activities.resume_check, activities.settle_failed],
+        workflows=[AgentWorkflow, StreamReader],
+        activities=[activities.turn, activities.resume_check, activities.settle_failed, activities.stream_page],
         max_concurrent_activities=max_concurrent_activities,
     )
 
 
 async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.Event,
-                     model: ModelSettings | None = None) -> None:
+                     model: ModelSettings | None = None, home: Path | None = None) -> None:
     """Serve until `stop` is set, then finish in-flight tasks (Worker's own graceful shutdown)."""
-    workers = [make_worker(client, q, model=model) for q in task_queues]
+    workers = [make_worker(client, q, model=model, home=home) for q in task_queues]
     for w in workers:
         await w.__aenter__()
     try:

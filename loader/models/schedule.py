@@ -9,7 +9,9 @@ the live run did.
 
 For each message of kind `subagent-settled` or `subagent-report` inserted into a recipient R, the
 *window* is R's state at the insert, read from R's log: inside step (T, S) (the last `step/start`
-before the insert, or step 1 of a turn opened with no step yet), or idle after turn T. Then:
+before the insert, or step 1 of a turn opened with no step yet; after `step/end` S, before step
+S + 1, whose pre-step takes the message: a replayed run's notices land there), or idle after turn
+T. Then:
 
 - the sender X holds the pre-step that produces the message (the step of its `report` call; for a
   notice, the last step X started before the epoch's `turn/end`) until R is in the window
@@ -66,6 +68,8 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
                 turn, step, open_turn = int(event["data"]["turn"]), 0, True
             elif kind_of_event == "step/start":
                 step = int(event["data"]["step"])
+            elif kind_of_event == "step/end":
+                step = int(event["data"]["step"]) + 1  # between steps: the next step's pre-step takes it
             elif kind_of_event == "turn/end":
                 open_turn = False
             elif kind_of_event == "agent/inbox/spliced":

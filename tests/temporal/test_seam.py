@@ -117,8 +117,8 @@ async def test_run_flags_of_later_slices_are_refused_not_ignored(tmp_path: Path)
     from dsh.loader.headless import RunRequest
     from dsh.loader.transcripts import load_transcript
 
-    for extra, flag in (({"timeout": 5.0}, "--timeout"), ({"resume": "last"}, "--resume"),
-                        ({"record": tmp_path / "r.yaml"}, "--record")):
+    # `--record` is built (tests/temporal/test_record.py).
+    for extra, flag in (({"timeout": 5.0}, "--timeout"), ({"resume": "last"}, "--resume")):
         request = RunRequest(home=tmp_path, transcript=load_transcript("hello"), **extra)  # type: ignore[arg-type]
         with pytest.raises(ConfigError) as caught:
             await submit(None, request, "q")  # type: ignore[arg-type]  # refused before any call

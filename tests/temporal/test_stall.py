@@ -26,6 +26,7 @@ from temporalio.client import Client
 from dsh.loader.config import TemporalConfig, compose, flag_layer
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.control import user_call
+from dsh.loader.engines.stream import StreamMode
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest, RunResult, run_tree
 from dsh.loader.host.client import call
@@ -100,9 +101,10 @@ def named(value: Any, names: dict[str, str]) -> Any:
     return json.loads(text)
 
 
-async def run_stalled(engine: str, tmp_path: Path, client: Client | None) -> dict[str, Any]:
-    """One run of STALL on `engine` under `--parked wait`, resumed by its `waiting` record's command."""
-    home = tmp_path / engine
+async def run_stalled(engine: str, tmp_path: Path, client: Client | None, stream: StreamMode = "auto") -> dict[str, Any]:
+    """One run of STALL on `engine` under `--parked wait`, resumed by its `waiting` record's command;
+    on Temporal, `stream` says where the client reads the logs (the stall's record included)."""
+    home = tmp_path / (engine if stream == "auto" else f"{engine}-{stream}")
     path = tmp_path / "stall-wait.yaml"
     path.write_text(STALL)
     script = load_transcript(str(path))
@@ -129,7 +131,7 @@ async def run_stalled(engine: str, tmp_path: Path, client: Client | None) -> dic
         listed = await ask("subagent.list", {"parentSessionId": seen.root})
         # `dsh sessions list` reads `run.status` too: the socket, or the configured Temporal engine.
         listing = await dsh(["sessions", "list", "--json", "--home", str(home)],
-                            {**env, "DSH_ENGINE": engine}, tmp_path)
+                            {**env, "DSH_ENGINE": "local" if client is None else "temporal"}, tmp_path)
         assert listing.returncode == 0, listing.stderr
         rows = {row["id"]: (row["live"], row["state"]) for row in map(json.loads, listing.stdout.splitlines())}
         [waiting] = [r for r in seen.records if r["type"] == "waiting"]
@@ -145,7 +147,7 @@ async def run_stalled(engine: str, tmp_path: Path, client: Client | None) -> dic
     else:
         async with make_worker(client, queue):
             out = await drive(asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue),
-                                                                    client=client)))
+                                                                    client=client, stream=stream)))
     out.update(seen=seen, home=home, root=seen.root)
     return out
 
@@ -155,7 +157,8 @@ async def both(tmp_path: Path) -> dict[str, dict[str, Any]]:
     local = await run_stalled("local", tmp_path, None)
     async with dev_server() as client:
         temporal = await run_stalled("temporal", tmp_path, client)
-    return {"local": local, "temporal": temporal}
+        server = await run_stalled("temporal", tmp_path, client, stream="server")
+    return {"local": local, "temporal": temporal, "server": server}
 
 
 async def test_a_stalled_tree_under_parked_wait_says_so_once_waits_and_resumes_on_both_engines(
@@ -197,6 +200,8 @@ async def test_a_stalled_tree_under_parked_wait_says_so_once_waits_and_resumes_o
     assert local["list"] == {"parentLive": True, "entries": [
         {"sessionId": "<worker>", "parentSessionId": "<root>", "depth": 1, "label": "worker", "status": "parked"}]}
     assert temporal["list"] == local["list"]
+    # The client reading the logs from the server (no shared home) says the same.
+    assert shapes["server"] == temporal
     # The same record; the Temporal command names its engine (no socket to find).
     [entry] = temporal["waiting"]["parked"]
     assert entry["send"] == local["waiting"]["parked"][0]["send"] + " --engine temporal"

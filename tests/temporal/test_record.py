@@ -1,0 +1,90 @@
+"""`dsh run --engine temporal --record FILE` (issue 12 "Not yet" item 4; loader/engines/recording.py):
+the recording is rebuilt from the agents' logs, read over the server by a client without the
+workers' home, and replays on the local engine to the Temporal run's flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporal_kit import backstopped, dev_server
+from temporalio.client import Client
+from test_temporal_engine import MANUAL, SHIPPED
+
+from dsh.loader.config import TemporalConfig
+from dsh.loader.engines.client import run_tree_temporal
+from dsh.loader.engines.worker import make_worker
+from dsh.loader.headless import RunRequest, RunResult
+from dsh.loader.models.recorder import REDACTED
+from dsh.loader.testing.flow import project
+from dsh.loader.testing.normalize import normalize
+from dsh.loader.testing.runner import Flow, FlowPlan, arun_flow, plan_flow
+from dsh.loader.transcripts import load_transcript
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Not these two. followups-checkpoint-failure: its fence injects a failed checkpoint, which no model
+# said. interrupt-parked-resume: the replay of its recording does not finish in 60 s (tried on the
+# local engine's logs too): its worker's hang is ended by the root's interrupt, an order the
+# observed fences (notices and reports only, schedule.py) do not hold; the local Recorder's neither.
+INJECTED = {"followups-checkpoint-failure", "interrupt-parked-resume"}
+RECORDED = [name for name in SHIPPED if name not in MANUAL | INJECTED]
+BACKSTOP = 120.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client() -> AsyncIterator[Client]:
+    async with dev_server() as c:
+        yield c
+
+
+async def record(client: Client, plan: FlowPlan, tmp_path: Path, rec: Path) -> tuple[RunResult, Flow]:
+    """A Temporal run recorded to `rec` by a client whose home is not the worker's; its flow."""
+    workers, home = tmp_path / "workers", tmp_path / "client"
+    home.mkdir()
+    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True,
+                         record=rec)
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    async with make_worker(client, queue, home=workers):
+        result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client),
+                                        BACKSTOP)
+    assert list(home.iterdir()) == []  # the logs came over the server
+    raw = project(workers, result.root_session_id, result, result.violations, plan.script.spec.name)
+    return result, Flow(normalize(raw))
+
+
+@pytest.mark.parametrize("name", RECORDED)
+async def test_a_recorded_temporal_run_replays_to_the_same_flow_on_the_local_engine(
+    client: Client, name: str, tmp_path: Path
+) -> None:
+    plan = plan_flow(name)
+    rec = tmp_path / f"{plan.script.spec.name}.yaml"
+    result, flow = await record(client, plan, tmp_path, rec)
+    assert result.violations == []
+    assert stat.S_IMODE(rec.stat().st_mode) == 0o600
+    replayed = await arun_flow(rec, home=tmp_path / "replay")
+    assert replayed == flow
+
+
+async def test_a_recording_keeps_no_secret_of_the_client(client: Client, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", secret)
+    path = tmp_path / "leaky.json"
+    path.write_text(json.dumps({"version": 1, "name": "leaky", "task": f"Use {secret}.", "agents": {
+        "root": {"replies": [{"text": f"The token is {secret}."}]}}}))
+    rec = tmp_path / "leaky.yaml"
+    result, _ = await record(client, plan_flow(path), tmp_path, rec)
+    assert result.output == f"The token is {secret}."
+    text = rec.read_text()
+    assert secret not in text
+    script = load_transcript(rec).spec
+    assert script.task == f"Use {REDACTED}."
+    assert [r.text for r in script.agents["root"].replies] == [f"The token is {REDACTED}."]
