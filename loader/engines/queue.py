@@ -6,7 +6,9 @@ Invariants:
 - `handed` counts the prefix some turn activity has taken; pending = `deliveries[handed:]`;
 - `last_waking` is the index of the last waking delivery (-1: none), so `waking()` is O(1): the
   wait conditions ask it on every activation, and a fan-out root holds a delivery per child (a scan
-  made each workflow task O(N), issue 12 item 7).
+  made each workflow task O(N), issue 12 item 7);
+- the deliveries before `quiet` wake no one again: a turn that failed for good was handed them
+  (they stay pending, for the next turn, which a later waking delivery starts).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ __all__ = ["DeliveryQueue"]
 class DeliveryQueue:
     """Every message accepted for one agent and how many a turn has taken."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: int = 0) -> None:
         self.deliveries: list[Delivery] = []
         self.last_waking = -1
         self.handed = 0
+        self.quiet = quiet
 
     def __len__(self) -> int:
         return len(self.deliveries)
@@ -34,7 +37,11 @@ class DeliveryQueue:
 
     def waking(self) -> bool:
         """A waking delivery is pending."""
-        return self.last_waking >= self.handed
+        return self.last_waking >= max(self.handed, self.quiet)
+
+    def hush(self) -> None:
+        """What is pending now wakes no one again (a turn that failed for good had it)."""
+        self.quiet = len(self.deliveries)
 
     def has_pending(self) -> bool:
         return self.handed < len(self.deliveries)

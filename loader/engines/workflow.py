@@ -73,6 +73,11 @@ RESUME_TIMEOUT = timedelta(seconds=30)
 # item 3): children start ABANDON and signal their result to the parent's current run. Runs
 # recorded before it (no marker) replay the old way: only a child, only with no child resident.
 HANDOVER_PATCH = "continue-with-children"
+# The patch that keeps a child whose turn failed for good resident while it has children resident
+# (issue 12 "Not yet" item 0): the failure is the epoch's error end in its log, as a local turn
+# that ends `error`, and its children's notices wake its next turn. Before it, the run failed and
+# its children lived on, their notices sent to a workflow id with no running run.
+FAILED_TURN_PATCH = "failed-turn-keeps-children"
 
 
 @workflow.defn(name="dsh.agent")
@@ -84,7 +89,7 @@ class AgentWorkflow:
         carried = input.carried or Carried()
         run = input.run
         self._input = input
-        self._queue = DeliveryQueue()
+        self._queue = DeliveryQueue(carried.quiet)
         self._turn_seq = -1
         self._ended = 0
         self._running = False
@@ -224,7 +229,8 @@ class AgentWorkflow:
         carried = Carried(parked=list(self._parked), told_stalled=self._told_stalled,
                           violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
                           runs=runs + 1, seen=self._seen, **self._residents.carry(), **self._ledger.carry(),
-                          facts=list(self._board.facts), fact_last=self._board.carried_last())
+                          facts=list(self._board.facts), fact_last=self._board.carried_last(),
+                          quiet=max(0, self._queue.quiet - self._queue.handed))
         return dataclasses.replace(self._input, deliveries=self._queue.pending(), carried=carried)
 
     def _due(self) -> bool:
@@ -251,6 +257,11 @@ class AgentWorkflow:
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
+        except ActivityError as exc:
+            self._running = False
+            if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
+                raise
+            last = await self._failed_turn(exc)
         finally:
             self._running = False
         self._ended += 1
@@ -260,6 +271,19 @@ class AgentWorkflow:
         self._engage(last.fences_engaged)
         self._key = last.agent_key or self._key
         return last
+
+    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
+        """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
+        children resident: as the local engine's child whose turn ends `error`, it stays resident
+        (it owns children), their notices reach it and wake its next turn. The failure is written
+        as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
+        turn was handed stays pending for the next turn but wakes no one again, so a failure that
+        persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
+        who = self._input
+        settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
+                                                failure=chain(exc)))
+        self._queue.hush()
+        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._parked))
 
     # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
     def _stall_state(self) -> ChildState:
