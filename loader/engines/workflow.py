@@ -7,24 +7,17 @@ the `dsh.turn` activity (turn.py), which reaches back here through the two updat
 
 The SDK does not inherit handler decorators, so every handler is on `AgentWorkflow`; the state and
 its rules are plain classes beside it: the delivery queue (queue.py), the resident-children table
-(residents.py), the fence board (board.py) and the tree's charge ledger (ledger.py).
+(residents.py), the fence board (board.py), the tree's charge ledger (ledger.py), and the turn
+counters, flags and rules of the residency itself (residency.py, whose invariants are the run's).
 
-Invariants (and each state module's own):
-- one turn activity at a time (`_turn_seq` is the running one's number, `_ended` the count of ended
-  ones), so the long-poll of an ended turn returns at once and never holds the workflow open;
-- `_interrupts[seq]` lists the interrupts accepted for turn `seq` in arrival order; each is handed
-  to that turn once (the poll counts what the turn applied);
-- `_parked` is the last turn's queued waking work: non-empty means parked (SPEC §10.3), so this run
-  neither settles nor starts a turn until a waking delivery arrives or the tree releases it;
-- `_told_stalled` is what the parent last heard from `_stall_report` (children only), so a change
-  is signalled once and an unchanged state costs no history event; `_seen` counts the parent's
-  follow-ups this residency received (a `followup` delivery comes only from its `message_child`).
+The SDK's rules hold here: no await inside a signal handler's bookkeeping that another handler
+must not see half done, and every command (activity, child start, signal, timer, continue-as-new,
+patch marker) in the same order on replay (tests/temporal/test_replay.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -39,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         Carried,
         Charge,
         Charged,
-        ChildRef,
         ChildState,
         Delivery,
         FailedRun,
@@ -61,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.queue import DeliveryQueue
+    from dsh.loader.engines.residency import Residency
     from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
     from dsh.loader.models.budget import RunLimits
 
@@ -90,38 +83,20 @@ class AgentWorkflow:
         run = input.run
         self._input = input
         self._queue = DeliveryQueue(carried.quiet)
-        self._turn_seq = -1
-        self._ended = 0
-        self._running = False
-        self._closing = False
-        self._interrupts: dict[int, list[InterruptAt]] = {}
-        self._releasing = False
-        self._released: list[str] = []
-        self._updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
-        self._calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
-        self._handing_over = False  # about to continue as new: the board's long-polls return
-        # HANDOVER_PATCH: any agent continues as new, children resident or not.
-        self._anywhere = workflow.patched(HANDOVER_PATCH)
         for d in input.deliveries:
             self._queue.accept(d)
-        # The bookkeeping of the runs before (`_carry`): no child's notice is lost between the
-        # runs, since each is signalled to the workflow id, whichever run is current.
-        self._parked: list[str] = list(carried.parked)
-        self._told_stalled: ChildState | None = carried.told_stalled
-        self._key: str | None = carried.agent_key
-        self._violations: list[dict[str, Any]] = list(carried.violations)
-        self._engaged: list[bool] = list(carried.fences_engaged)
-        self._seen = carried.seen  # the parent's follow-ups this residency has received (ChildState.seen)
-        self._residents = Residents(input, carried, abandon=self._anywhere)
+        anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
+        self._residents = Residents(input, carried, abandon=anywhere)
         self._ledger = ChargeLedger(RunLimits(run.max_children, run.max_requests, run.max_tokens_total), carried)
         self._board = FenceBoard(carried.facts, carried.fact_last)  # the root, transcripts with fences
+        self._s = Residency(input, carried, self._queue, self._residents, self._ledger, self._board, anywhere=anywhere)
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         try:
             return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
-            if input.parent_id is None or not self._anywhere:
+            if input.parent_id is None or not self._s.anywhere:
                 raise
             # The run fails (a turn failed for good, a result over the payload limit): the parent's
             # run that started it may have continued as new since, and a failure reaches only
@@ -137,20 +112,20 @@ class AgentWorkflow:
         last: TurnResult | None = None
         queue = self._queue
         while True:
-            if self._continue_due():
+            if self._s.continue_due():
                 await self._handover(carried.runs)
             # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident,
             # nothing parked. An injected delivery alone wakes no one (SPEC §6.2).
-            await workflow.wait_condition(self._due)
-            if self._anywhere and self._continue_due():
+            await workflow.wait_condition(self._s.due)
+            if self._s.anywhere and self._s.continue_due():
                 continue
-            if input.parent_id is not None and self._stall_changed():
+            if input.parent_id is not None and self._s.stall_changed():
                 await self._stall_report()
                 continue
-            if self._release_due():
+            if self._s.release_due():
                 self._release()
                 continue
-            if self._releasing:
+            if self._s.releasing:
                 if self._residents:
                     continue
                 if input.parent_id is not None or queue.has_pending():
@@ -162,10 +137,10 @@ class AgentWorkflow:
             if queue.has_pending():  # injected leftovers: into the log, no model turn
                 last = await self._turn()
             break
-        self._closing = True  # releases the board's long-polls of turns that have ended
+        self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
-        result = self._result(last)
-        if input.parent_id is not None and self._anywhere:
+        result = self._s.result(last)
+        if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
 
@@ -181,95 +156,47 @@ class AgentWorkflow:
         except Exception:  # the parent's run has ended (never while this child is resident)
             workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
 
-    def _result(self, last: TurnResult | None) -> TreeResult:
-        input = self._input
-        if last is None:
-            return TreeResult(session_id=input.session_id, stop_reason="completed")
-        return TreeResult(
-            session_id=input.session_id, stop_reason=last.stop_reason, notice=last.notice, output=last.output,
-            output_in_log=last.output_in_log, error=last.error, violations=list(self._violations),
-            fences_engaged=list(self._engaged), agent_key=self._key, epoch=input.epoch,
-            released=sorted(self._released),
-            budget=self._ledger.budget.summary() if input.parent_id is None else {},
-        )
-
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
-    def _continue_due(self) -> bool:
-        """An agent's run continues as new between turns, before the server's limits: when
-        Temporal suggests it, its history reached `temporal.continueAsNewAfter` events or it took
-        `temporal.continueAsNewUpdates` updates. Only while it has work ahead (parked, waking
-        deliveries pending, or children resident) and no turn runs, no interrupt waits for the
-        next turn and it is not releasing. Before HANDOVER_PATCH: only a child, no child resident."""
-        if self._running or self._releasing or not self._ended:
-            return False  # `not self._ended`: each run takes at least one turn, so runs cannot chain idly
-        if not self._anywhere and (self._input.parent_id is None or self._residents):
-            return False
-        if not (self._parked or self._queue.waking() or self._residents) or self._interrupts.get(self._ended):
-            return False
-        info = workflow.info()
-        run = self._input.run
-        limit = run.continue_as_new_after
-        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
-                or (self._anywhere and self._updates >= run.continue_as_new_updates))
-
     async def _handover(self, runs: int) -> None:
         """Continue as new once the handlers in flight have finished: `message_child` and the
         updates of the running turns (none of this agent's own; other agents' charges are signals)
         end by themselves; then the board's long-polls return what they have (their callers poll
         again, reaching the new run) and the run continues as new in that same workflow task."""
-        if self._anywhere:
-            await workflow.wait_condition(lambda: self._calls == 0)
-            self._handing_over = True
+        if self._s.anywhere:
+            await workflow.wait_condition(lambda: self._s.calls == 0)
+            self._s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._continue_due():
-            workflow.continue_as_new(self._carry(runs))
-        self._handing_over = False
-
-    def _carry(self, runs: int) -> TreeInput:
-        carried = Carried(parked=list(self._parked), told_stalled=self._told_stalled,
-                          violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
-                          runs=runs + 1, seen=self._seen, **self._residents.carry(), **self._ledger.carry(),
-                          facts=list(self._board.facts), fact_last=self._board.carried_last(),
-                          quiet=max(0, self._queue.quiet - self._queue.handed))
-        return dataclasses.replace(self._input, deliveries=self._queue.pending(), carried=carried)
-
-    def _due(self) -> bool:
-        """Something for the main loop to do (see `run`)."""
-        if self._input.parent_id is not None and self._stall_changed():
-            return True
-        if self._anywhere and self._continue_due():  # e.g. a root waiting on children, its updates spent
-            return True
-        if self._releasing:
-            return not self._residents
-        return self._queue.waking() or self._release_due() or (not self._residents and not self._parked)
+        if self._s.continue_due():
+            workflow.continue_as_new(self._s.carry(runs))
+        self._s.handing_over = False
 
     async def _turn(self, release: bool = False) -> TurnResult:
         offset = self._queue.handed
-        self._turn_seq = self._ended
-        self._running = True
+        self._s.turn_seq = self._s.ended
+        self._s.running = True
         try:
             last: TurnResult = await workflow.execute_activity(
                 TURN_ACTIVITY,
-                TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._turn_seq,
-                          parked=list(self._parked), children=list(self._residents.started), release=release),
+                TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
+                          parked=list(self._s.parked), children=list(self._residents.started), release=release),
                 result_type=TurnResult,
                 start_to_close_timeout=TURN_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
         except ActivityError as exc:
-            self._running = False
+            self._s.running = False
             if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
                 raise
             last = await self._failed_turn(exc)
         finally:
-            self._running = False
-        self._ended += 1
+            self._s.running = False
+        self._s.ended += 1
         self._queue.handed = offset + last.taken
-        self._parked = list(last.parked)
-        self._violations.extend(last.violations)
-        self._engage(last.fences_engaged)
-        self._key = last.agent_key or self._key
+        self._s.parked = list(last.parked)
+        self._s.violations.extend(last.violations)
+        self._s.engage(last.fences_engaged)
+        self._s.key = last.agent_key or self._s.key
         return last
 
     async def _failed_turn(self, exc: ActivityError) -> TurnResult:
@@ -283,86 +210,58 @@ class AgentWorkflow:
         settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
                                                 failure=chain(exc)))
         self._queue.hush()
-        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._parked))
+        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
 
     # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
-    def _stall_state(self) -> ChildState:
-        """Stalled: no turn runs, nothing waking is pending, and the agent is parked or waits only
-        on stalled children (every resident descendant parked or waiting on parked ones)."""
-        quiet = not self._running and not self._queue.waking() and not self._releasing
-        stalled = quiet and bool(self._parked or self._residents) and self._residents.stalled_below()
-        parked = [self._input.session_id] if self._parked else []
-        if stalled:
-            parked.extend(self._residents.parked_below())
-        return ChildState(child_id=self._input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [],
-                          seen=self._seen)
-
-    def _stall_changed(self) -> bool:
-        state = self._stall_state()
-        told = self._told_stalled
-        return (told.stalled if told is not None else False) != state.stalled or (
-            told is not None and told.parked != state.parked)
-
     async def _stall_report(self) -> None:
         assert self._input.parent_id is not None
-        state = self._stall_state()
-        self._told_stalled = state
+        state = self._s.stall_state()
+        self._s.told_stalled = state
         target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
         await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.child_state, state)
-
-    def _release_due(self) -> bool:
-        """The root of a stalled tree under `run.parked: release` lets its parked work go."""
-        return (self._input.parent_id is None and self._input.run.parked == "release" and not self._releasing
-                and bool(self._residents) and self._stall_state().stalled)
 
     def _release(self) -> None:
         """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
         settles; the notices enter this closing agent as injects (§9.2 step 4)."""
-        self._released = self._stall_state().parked
-        self._releasing = True
+        self._s.released = self._s.stall_state().parked
+        self._s.releasing = True
         self._residents.release_all()
 
     @workflow.signal
     def release(self) -> None:
         """The parent releases this child (its tree is closing): no new turn, children first."""
-        if not self._releasing:
-            self._releasing = True
+        if not self._s.releasing:
+            self._s.releasing = True
             self._residents.release_all()
-            for cause in [{"kind": "parent"}] if self._running else []:
-                self._interrupts.setdefault(self._ended, []).append(InterruptAt(len(self._queue), cause))
+            for cause in [{"kind": "parent"}] if self._s.running else []:
+                self._s.interrupts.setdefault(self._s.ended, []).append(InterruptAt(len(self._queue), cause))
 
     @workflow.query
     def status(self) -> str:
         """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
         of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
-        if self._closing:
+        if self._s.closing:
             return "ready"
-        if self._running or self._queue.waking():
+        if self._s.running or self._queue.waking():
             return "running"
-        return "parked" if self._parked else "idle"
+        return "parked" if self._s.parked else "idle"
 
     @workflow.query
     def view(self) -> AgentView:
         """This agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
         tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
         who = self._input
-        stall = self._stall_state()
+        stall = self._s.stall_state()
         return AgentView(
             session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
             depth=who.depth, status=self.status(), resident=list(self._residents),
             children=list(self._residents.started), stalled=stall.stalled, parked=list(stall.parked),
-            shutting_down=self._closing or self._releasing)
+            shutting_down=self._s.closing or self._s.releasing)
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:
         """A resident child's stall report (a stale one is dropped: `Residents.report`)."""
         self._residents.report(state)
-
-    def _engage(self, engaged: list[bool]) -> None:
-        if len(self._engaged) < len(engaged):
-            self._engaged.extend([False] * (len(engaged) - len(self._engaged)))
-        for i, flag in enumerate(engaged):
-            self._engaged[i] = self._engaged[i] or flag
 
     # -- the running turn's long-polls ------------------------------------------------------
     @workflow.update
@@ -370,14 +269,14 @@ class AgentWorkflow:
         """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
         not applied, or nothing once it has ended."""
 
-        self._updates += 1
+        self._s.updates += 1
 
         def unseen() -> list[InterruptAt]:
-            return self._interrupts.get(poll.seq, [])[poll.interrupts:]
+            return self._s.interrupts.get(poll.seq, [])[poll.interrupts:]
 
         await workflow.wait_condition(
-            lambda: len(self._queue) > poll.after or bool(unseen()) or self._ended > poll.seq)
-        if self._ended > poll.seq:
+            lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
+        if self._s.ended > poll.seq:
             return PollReply()
         return PollReply(deliveries=self._queue.after(poll.after), interrupts=unseen())
 
@@ -386,26 +285,26 @@ class AgentWorkflow:
         """A message for this agent from another workflow of the tree (a report, a follow-up)."""
         self._queue.accept(delivery)
         if delivery.send == "followup":  # from the parent's message_child (reports steer or inject)
-            self._seen += 1
+            self._s.seen += 1
 
     @workflow.update
     def interrupt(self, request: Interrupt) -> Answer:
         """SPEC §10.2 on this agent's workflow (its existence is residency: a settled child has no
         running workflow, so the caller answers the accepted no-op itself). Fire-and-return: the
         cancel reaches the running turn through its poll, `agent.cancel(cause, keep_inbox=True)`."""
-        self._updates += 1
+        self._s.updates += 1
         if request.kind == "parent":
             if request.caller not in self._input.ancestors:
                 return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-DESCENDANT")
         elif request.caller != self._input.parent_id:
             return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-PARENT")
-        if self._releasing or self._closing:
+        if self._s.releasing or self._s.closing:
             return Answer(status="noop")  # its disposal is open
-        if not self._running and not self._queue.waking():
+        if not self._s.running and not self._queue.waking():
             return Answer(status="noop")  # idle: a cancel of an idle agent does nothing
         # The running turn, or (a waking delivery pending) the one about to start: its first poll.
         at = InterruptAt(at=len(self._queue), cause={"kind": request.kind})
-        self._interrupts.setdefault(self._ended, []).append(at)
+        self._s.interrupts.setdefault(self._s.ended, []).append(at)
         return Answer(status="accepted")
 
     @workflow.update
@@ -414,19 +313,19 @@ class AgentWorkflow:
         resident is started again under its id with the next epoch (a cold resume), after the
         header checks. A child whose run ended while its result is on the way (LOST): wait for the
         notice to enter here, then resume it."""
-        self._updates += 1
-        self._calls += 1
+        self._s.updates += 1
+        self._s.calls += 1
         try:
             return await self._message_child(request)
         finally:
-            self._calls -= 1
+            self._s.calls -= 1
 
     async def _message_child(self, request: MessageChild) -> Answer:
         run = self._input.run
         child_id = request.child_id
         delivery = Delivery(request.message)
         while True:
-            if self._releasing or self._closing:
+            if self._s.releasing or self._s.closing:
                 return Answer(code="DRAINING", text="T-ERR-DRAINING-SCOPED")
             if child_id in self._residents:
                 if await self._residents.deliver(child_id, delivery):
@@ -451,13 +350,13 @@ class AgentWorkflow:
         signal is in the parent's history before this child can settle, so the report precedes
         the notice there (SPEC §11.3)."""
         assert self._input.parent_id is not None
-        self._updates += 1
-        self._calls += 1
+        self._s.updates += 1
+        self._s.calls += 1
         try:
             target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
             await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
         finally:
-            self._calls -= 1
+            self._s.calls -= 1
 
     # -- the fence board (root; board.py) ---------------------------------------------------
     @workflow.signal
@@ -472,22 +371,22 @@ class AgentWorkflow:
         It answers once a fact past `after` comes from elsewhere than the polling turn
         (`source`; Temporal allows 2,000 updates per run; issue 12 item 7). A run about to
         continue as new answers what it has (maybe nothing): the turn polls again, the next run."""
-        self._updates += 1
-        await workflow.wait_condition(lambda: self._closing or self._handing_over or self._board.news_for(after, source))
+        self._s.updates += 1
+        await workflow.wait_condition(lambda: self._s.closing or self._s.handing_over or self._board.news_for(after, source))
         return self._board.facts[after:]
 
     # -- the tree's run budget (root; ledger.py) --------------------------------------------
     @workflow.update
     def charge(self, charge: Charge) -> Charged:
         """One charge of a turn (runs before signal `charges`; kept so their histories replay)."""
-        self._updates += 1
+        self._s.updates += 1
         return self._ledger.count(charge)
 
     @workflow.update
     def charge_many(self, charges: list[Charge]) -> list[Charged]:
         """Charges batched by a worker process, each counted in order as `charge` counts it (runs
         before signal `charges`; kept so their histories replay)."""
-        self._updates += 1
+        self._s.updates += 1
         return [self._ledger.count(c) for c in charges]
 
     @workflow.signal
@@ -512,7 +411,7 @@ class AgentWorkflow:
     @workflow.update
     async def start_child(self, request: StartChild) -> None:
         """`subagent` in a running turn: start the child's first epoch; returns once it started."""
-        self._updates += 1
+        self._s.updates += 1
         if request.child_id in self._residents:
             return  # a retried turn asked again
         await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
@@ -523,7 +422,7 @@ class AgentWorkflow:
         commands go out in one workflow task) and returns once every one has started. Temporal
         holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
         refused starts at N=300 (issue 12 item 7)."""
-        self._updates += 1
+        self._s.updates += 1
         fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
         await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
 
@@ -542,11 +441,11 @@ class AgentWorkflow:
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
         if not self._residents.enter(key):
             return
-        self._violations.extend(result.violations)
-        self._engage(result.fences_engaged)
+        self._s.violations.extend(result.violations)
+        self._s.engage(result.fences_engaged)
         if result.notice is not None:
             # A closing agent takes the notice as an inject and starts no turn for it (§9.2 step 4).
-            self._queue.accept(Delivery(result.notice, send="inject" if self._releasing else "notice"))
+            self._queue.accept(Delivery(result.notice, send="inject" if self._s.releasing else "notice"))
         run = self._input.run
         if run.fences and result.agent_key is not None and (
                 run.fence_agents is None or result.agent_key in run.fence_agents):
