@@ -146,6 +146,7 @@ class Carried:
     charged: dict[str, list[Any]] = field(default_factory=dict)  # the root: charge source -> [batch, answers]
     facts: list[list[Any]] = field(default_factory=list)  # the root: the fence board, in order
     fact_last: list[list[Any]] = field(default_factory=list)  # the root: [publisher, its last fact's index]
+    quiet: int = 0  # the first `quiet` deliveries wake no one (a turn that failed for good had them)
 
 
 @dataclass

@@ -1,41 +1,28 @@
 """The agent workflow (loader/engines/README.md): one run per root tree or per child epoch.
 
 Workflow code: deterministic bookkeeping only, no I/O, no clock, no dsh runtime import (the sandbox
-re-imports this module; `wire` is passed through, and `RunBudget`, plain counting, for the tree's
-run budget the root keeps: update `charge`). The turns themselves run in the `dsh.turn`
-activity (turn.py), which reaches back here through the two updates.
+re-imports this module; `wire` and the workflow-side state modules are passed through, and
+`RunBudget`, plain counting, for the tree's run budget the root keeps). The turns themselves run in
+the `dsh.turn` activity (turn.py), which reaches back here through the two updates.
 
-Invariants:
-- `_deliveries` only grows, in arrival order (history order): it is the agent's inbox as accepted;
-  `_handed` counts the prefix some turn activity has taken. Pending = `_deliveries[_handed:]`.
-- one turn activity at a time (`_turn_seq` is the running one's number, `_ended` the count of ended
-  ones), so the long-poll of an ended turn returns at once and never holds the workflow open;
-- a child is resident from `start_child` (or a cold resume in `message_child`) until its result
-  (the settlement notice) is appended to `_deliveries`, once: a child workflow's result is recorded
-  once in this history;
-- `_interrupts[seq]` lists the interrupts accepted for turn `seq` in arrival order; each is handed
-  to that turn once (the poll counts what the turn applied);
-- `_parked` is the last turn's queued waking work: non-empty means parked (SPEC §10.3), so this run
-  neither settles nor starts a turn until a waking delivery arrives or the tree releases it;
-- `_told_stalled` is what the parent last heard from `_stall_report` (children only), so a change
-  is signalled once and an unchanged state costs no history event;
-- a stall report counts the parent's follow-ups its residency had received (`ChildState.seen`; a
-  `followup` delivery comes only from the parent's `message_child`), and the parent takes it only
-  if that covers every follow-up it delivered (`_sent`): a report decided before the latest one
-  arrived is stale and must not release the tree (the child reports again once it sees it).
+The SDK does not inherit handler decorators, so every handler is on `AgentWorkflow`; the state and
+its rules are plain classes beside it: the delivery queue (queue.py), the resident-children table
+(residents.py), the fence board (board.py), the tree's charge ledger (ledger.py), and the turn
+counters, flags and rules of the residency itself (residency.py, whose invariants are the run's).
+
+The SDK's rules hold here: no await inside a signal handler's bookkeeping that another handler
+must not see half done, and every command (activity, child start, signal, timer, continue-as-new,
+patch marker) in the same order on replay (tests/temporal/test_replay.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.workflow import ParentClosePolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
@@ -45,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         Carried,
         Charge,
         Charged,
-        ChildRef,
         ChildState,
         Delivery,
         FailedRun,
@@ -64,25 +50,27 @@ with workflow.unsafe.imports_passed_through():
         agent_workflow_id,
         child_workflow_id,
     )
-    from dsh.loader.models.budget import RunBudget, RunLimits
+    from dsh.loader.engines.board import FenceBoard
+    from dsh.loader.engines.ledger import ChargeLedger
+    from dsh.loader.engines.queue import DeliveryQueue
+    from dsh.loader.engines.residency import Residency
+    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
+    from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
 
 TURN_ACTIVITY = "dsh.turn"
 RESUME_ACTIVITY = "dsh.resume_check"
 RESUME_TIMEOUT = timedelta(seconds=30)
-SETTLE_ACTIVITY = "dsh.settle_failed"
-# A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
-# five times is a bug, not a fault, and fails the tree instead of looping.
-TURN_RETRY = RetryPolicy(maximum_attempts=5)
 # The patch that lets any agent's run continue as new with children resident (issue 12 "Not yet"
 # item 3): children start ABANDON and signal their result to the parent's current run. Runs
 # recorded before it (no marker) replay the old way: only a child, only with no child resident.
 HANDOVER_PATCH = "continue-with-children"
-# A cold resume of a child whose last run signalled its notice but has not closed yet waits this
-# long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
-RESTART_WAIT = timedelta(milliseconds=200)
-RESTART_TRIES = 50
+# The patch that keeps a child whose turn failed for good resident while it has children resident
+# (issue 12 "Not yet" item 0): the failure is the epoch's error end in its log, as a local turn
+# that ends `error`, and its children's notices wake its next turn. Before it, the run failed and
+# its children lived on, their notices sent to a workflow id with no running run.
+FAILED_TURN_PATCH = "failed-turn-keeps-children"
 
 
 @workflow.defn(name="dsh.agent")
@@ -91,100 +79,68 @@ class AgentWorkflow:
     def __init__(self, input: TreeInput) -> None:
         """The run's state from its input, before any handler runs: a signal (a child's notice, a
         delivery) may come in the run's first workflow task, ahead of `run`."""
-        self._deliveries: list[Delivery] = []
-        self._last_waking = -1  # index of the last waking delivery (`_waking`)
-        self._handed = 0
-        self._turn_seq = -1
-        self._ended = 0
-        self._running = False
-        # Resident children -> the task awaiting the result of the run this run started (None: one
-        # an earlier run started; its notice comes by signal `settled` only).
-        self._resident: dict[str, asyncio.Task[None] | None] = {}
-        self._entered: set[str] = set()  # notice ids entered by this run: a child's notice comes twice
-        self._input: TreeInput | None = None
-        self._violations: list[dict[str, Any]] = []
-        self._engaged: list[bool] = []
-        self._key: str | None = None
-        # The fence board (root only, transcripts with fences): every fence fact of the tree, each
-        # once, in arrival order; turns mirror it through `fence_facts_after` (README "Fences").
-        self._facts: list[list[Any]] = []
-        self._fact_last: dict[str | None, int] = {}  # publisher (a turn's `source`) -> its last fact's index
-        self._seen_facts: set[tuple[Any, ...]] = set()
-        self._closing = False
-        self._interrupts: dict[int, list[InterruptAt]] = {}
-        self._parked: list[str] = []
-        self._children: list[ChildRef] = []
-        self._stalled: dict[str, ChildState] = {}  # resident child -> what it last told
-        self._told_stalled: ChildState | None = None
-        self._seen = 0  # the parent's follow-ups this residency has received (ChildState.seen)
-        self._sent: dict[str, int] = {}  # resident child -> follow-ups delivered to its residency
-        self._releasing = False
-        self._released: list[str] = []
-        self._tasks: set[asyncio.Task[None]] = set()  # release signals in flight
-        self._budget = RunBudget()  # the root: the tree's run budget (signal `charges`)
-        self._charged: dict[str, list[Any]] = {}  # charge source -> [its last batch, the answers]
-        self._updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
-        self._calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
-        self._handing_over = False  # about to continue as new: the board's long-polls return
-        # HANDOVER_PATCH: any agent continues as new, children resident or not.
-        self._anywhere = workflow.patched(HANDOVER_PATCH)
+        carried = input.carried or Carried()
+        run = input.run
         self._input = input
+        self._queue = DeliveryQueue(carried.quiet)
         for d in input.deliveries:
-            self._accept(d)
-        self._restore(input.carried or Carried())
+            self._queue.accept(d)
+        anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
+        self._residents = Residents(input, carried, abandon=anywhere)
+        self._ledger = ChargeLedger(RunLimits(run.max_children, run.max_requests, run.max_tokens_total), carried)
+        self._board = FenceBoard(carried.facts, carried.fact_last)  # the root, transcripts with fences
+        self._s = Residency(input, carried, self._queue, self._residents, self._ledger, self._board, anywhere=anywhere)
 
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         try:
             return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
-            if input.parent_id is None or not self._anywhere:
+            if input.parent_id is None or not self._s.anywhere:
                 raise
             # The run fails (a turn failed for good, a result over the payload limit): the parent's
             # run that started it may have continued as new since, and a failure reaches only
             # that run (README "Failed child runs"). So the epoch is settled from its log here too
             # and signalled to the parent's current run; the failure then goes on as before, and
             # the parent enters the notice once, by its id, whichever way it comes first.
-            failed = FailedRun(home=input.run.home, child_id=input.session_id, epoch=input.epoch,
-                               failure=_chain(exc))
-            result = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                     start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
-            await self._tell_parent(result)
+            failed = FailedRun(home=input.run.home, child_id=input.session_id, epoch=input.epoch, failure=chain(exc))
+            await self._tell_parent(await settle_failed(failed))
             raise
 
     async def _run(self, input: TreeInput) -> TreeResult:
         carried = input.carried or Carried()
         last: TurnResult | None = None
+        queue = self._queue
         while True:
-            if self._continue_due():
+            if self._s.continue_due():
                 await self._handover(carried.runs)
             # Quiescence (SPEC §17.2, S11 here): no turn runs, nothing pending, no child resident,
             # nothing parked. An injected delivery alone wakes no one (SPEC §6.2).
-            await workflow.wait_condition(self._due)
-            if self._anywhere and self._continue_due():
+            await workflow.wait_condition(self._s.due)
+            if self._s.anywhere and self._s.continue_due():
                 continue
-            if input.parent_id is not None and self._stall_changed():
+            if input.parent_id is not None and self._s.stall_changed():
                 await self._stall_report()
                 continue
-            if self._release_due():
+            if self._s.release_due():
                 self._release()
                 continue
-            if self._releasing:
-                if self._resident:
+            if self._s.releasing:
+                if self._residents:
                     continue
-                if input.parent_id is not None or self._handed < len(self._deliveries):
+                if input.parent_id is not None or queue.has_pending():
                     last = await self._turn(release=input.parent_id is not None)
                 break
-            if self._waking():
+            if queue.waking():
                 last = await self._turn()
                 continue
-            if self._handed < len(self._deliveries):  # injected leftovers: into the log, no model turn
+            if queue.has_pending():  # injected leftovers: into the log, no model turn
                 last = await self._turn()
             break
-        self._closing = True  # releases the board's long-polls of turns that have ended
+        self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
-        result = self._result(last)
-        if input.parent_id is not None and self._anywhere:
+        result = self._s.result(last)
+        if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
 
@@ -193,239 +149,119 @@ class AgentWorkflow:
         this one, and a closed run's child result goes nowhere); the parent enters it once, by its
         notice id, whichever of this signal and the result comes first."""
         input = self._input
-        assert input is not None and input.parent_id is not None
+        assert input.parent_id is not None
         target = agent_workflow_id(input.run.root_id, input.parent_id)
         try:
             await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
         except Exception:  # the parent's run has ended (never while this child is resident)
             workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
 
-    def _result(self, last: TurnResult | None) -> TreeResult:
-        input = self._input
-        assert input is not None
-        if last is None:
-            return TreeResult(session_id=input.session_id, stop_reason="completed")
-        return TreeResult(
-            session_id=input.session_id,
-            stop_reason=last.stop_reason,
-            notice=last.notice,
-            output=last.output,
-            output_in_log=last.output_in_log,
-            error=last.error,
-            violations=list(self._violations),
-            fences_engaged=list(self._engaged),
-            agent_key=self._key,
-            epoch=input.epoch,
-            released=sorted(self._released),
-            budget=self._budget.summary() if input.parent_id is None else {},
-        )
-
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
-    def _continue_due(self) -> bool:
-        """An agent's run continues as new between turns, before the server's limits: when
-        Temporal suggests it, its history reached `temporal.continueAsNewAfter` events or it took
-        `temporal.continueAsNewUpdates` updates. Only while it has work ahead (parked, waking
-        deliveries pending, or children resident) and no turn runs, no interrupt waits for the
-        next turn and it is not releasing. Before HANDOVER_PATCH: only a child, no child resident."""
-        assert self._input is not None
-        if self._running or self._releasing or not self._ended:
-            return False  # `not self._ended`: each run takes at least one turn, so runs cannot chain idly
-        if not self._anywhere and (self._input.parent_id is None or self._resident):
-            return False
-        if not (self._parked or self._waking() or self._resident) or self._interrupts.get(self._ended):
-            return False
-        info = workflow.info()
-        run = self._input.run
-        limit = run.continue_as_new_after
-        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
-                or (self._anywhere and self._updates >= run.continue_as_new_updates))
-
     async def _handover(self, runs: int) -> None:
         """Continue as new once the handlers in flight have finished: `message_child` and the
         updates of the running turns (none of this agent's own; other agents' charges are signals)
         end by themselves; then the board's long-polls return what they have (their callers poll
         again, reaching the new run) and the run continues as new in that same workflow task."""
-        if self._anywhere:
-            await workflow.wait_condition(lambda: self._calls == 0)
-            self._handing_over = True
+        if self._s.anywhere:
+            await workflow.wait_condition(lambda: self._s.calls == 0)
+            self._s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._continue_due():
-            workflow.continue_as_new(self._carry(runs))
-        self._handing_over = False
-
-    def _carry(self, runs: int) -> TreeInput:
-        assert self._input is not None
-        b = self._budget
-        carried = Carried(parked=list(self._parked), children=list(self._children), told_stalled=self._told_stalled,
-                          violations=list(self._violations), fences_engaged=list(self._engaged), agent_key=self._key,
-                          runs=runs + 1, seen=self._seen, resident=list(self._resident), sent=dict(self._sent),
-                          stalled=list(self._stalled.values()), budget=[b.children, b.requests, b.tokens],
-                          exhausted=b.exhausted, charged=dict(self._charged), facts=list(self._facts),
-                          fact_last=[[k, i] for k, i in self._fact_last.items()])
-        return dataclasses.replace(self._input, deliveries=self._deliveries[self._handed:], carried=carried)
-
-    def _restore(self, carried: Carried) -> None:
-        """The bookkeeping of the runs before (`_carry`): no child's notice is lost between the
-        runs, since each is signalled to the workflow id, whichever run is current."""
-        assert self._input is not None
-        run = self._input.run
-        self._parked, self._children = list(carried.parked), list(carried.children)
-        self._told_stalled, self._key = carried.told_stalled, carried.agent_key
-        self._violations, self._engaged = list(carried.violations), list(carried.fences_engaged)
-        self._seen = carried.seen
-        self._resident = dict.fromkeys(carried.resident)
-        self._sent = dict(carried.sent)
-        self._stalled = {s.child_id: s for s in carried.stalled}
-        self._budget = RunBudget(RunLimits(run.max_children, run.max_requests, run.max_tokens_total))
-        if carried.budget:
-            self._budget.children, self._budget.requests, self._budget.tokens = carried.budget
-            self._budget.exhausted = cast(Any, carried.exhausted)
-        self._charged = dict(carried.charged)
-        self._facts = list(carried.facts)
-        self._seen_facts = {tuple(f) for f in self._facts}
-        self._fact_last = {k: i for k, i in carried.fact_last}
-
-    def _due(self) -> bool:
-        """Something for the main loop to do (see `run`)."""
-        if self._input is not None and self._input.parent_id is not None and self._stall_changed():
-            return True
-        if self._anywhere and self._continue_due():  # e.g. a root waiting on children, its updates spent
-            return True
-        if self._releasing:
-            return not self._resident
-        return self._waking() or self._release_due() or (not self._resident and not self._parked)
+        if self._s.continue_due():
+            workflow.continue_as_new(self._s.carry(runs))
+        self._s.handing_over = False
 
     async def _turn(self, release: bool = False) -> TurnResult:
-        assert self._input is not None
-        offset = self._handed
-        self._turn_seq = self._ended
-        self._running = True
+        offset = self._queue.handed
+        self._s.turn_seq = self._s.ended
+        self._s.running = True
         try:
             last: TurnResult = await workflow.execute_activity(
                 TURN_ACTIVITY,
-                TurnInput(agent=self._input, deliveries=self._deliveries[offset:], offset=offset, seq=self._turn_seq,
-                          parked=list(self._parked), children=list(self._children), release=release),
+                TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
+                          parked=list(self._s.parked), children=list(self._residents.started), release=release),
                 result_type=TurnResult,
                 start_to_close_timeout=TURN_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
+        except ActivityError as exc:
+            self._s.running = False
+            if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
+                raise
+            last = await self._failed_turn(exc)
         finally:
-            self._running = False
-        self._ended += 1
-        self._handed = offset + last.taken
-        self._parked = list(last.parked)
-        self._violations.extend(last.violations)
-        self._engage(last.fences_engaged)
-        self._key = last.agent_key or self._key
+            self._s.running = False
+        self._s.ended += 1
+        self._queue.handed = offset + last.taken
+        self._s.parked = list(last.parked)
+        self._s.violations.extend(last.violations)
+        self._s.engage(last.fences_engaged)
+        self._s.key = last.agent_key or self._s.key
         return last
 
-    def _accept(self, delivery: Delivery) -> None:
-        self._deliveries.append(delivery)
-        if delivery.waking:
-            self._last_waking = len(self._deliveries) - 1
-
-    def _waking(self) -> bool:
-        """A waking delivery is pending. O(1): the wait conditions ask this on every activation,
-        and a fan-out root holds a delivery per child (a scan made each task O(N), issue 12 item 7)."""
-        return self._last_waking >= self._handed
+    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
+        """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
+        children resident: as the local engine's child whose turn ends `error`, it stays resident
+        (it owns children), their notices reach it and wake its next turn. The failure is written
+        as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
+        turn was handed stays pending for the next turn but wakes no one again, so a failure that
+        persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
+        who = self._input
+        settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
+                                                failure=chain(exc)))
+        self._queue.hush()
+        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
 
     # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
-    def _stall_state(self) -> ChildState:
-        """Stalled: no turn runs, nothing waking is pending, and the agent is parked or waits only
-        on stalled children (every resident descendant parked or waiting on parked ones)."""
-        assert self._input is not None
-        quiet = not self._running and not self._waking() and not self._releasing
-        below = [self._stalled.get(c) for c in self._resident]
-        stalled = quiet and bool(self._parked or self._resident) and all(s is not None and s.stalled for s in below)
-        parked = [self._input.session_id] if self._parked else []
-        for s in below:
-            if s is not None and stalled:
-                parked.extend(s.parked)
-        return ChildState(child_id=self._input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [],
-                          seen=self._seen)
-
-    def _stall_changed(self) -> bool:
-        state = self._stall_state()
-        told = self._told_stalled
-        return (told.stalled if told is not None else False) != state.stalled or (
-            told is not None and told.parked != state.parked)
-
     async def _stall_report(self) -> None:
-        assert self._input is not None and self._input.parent_id is not None
-        state = self._stall_state()
-        self._told_stalled = state
+        assert self._input.parent_id is not None
+        state = self._s.stall_state()
+        self._s.told_stalled = state
         target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
         await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.child_state, state)
-
-    def _release_due(self) -> bool:
-        """The root of a stalled tree under `run.parked: release` lets its parked work go."""
-        assert self._input is not None
-        return (self._input.parent_id is None and self._input.run.parked == "release" and not self._releasing
-                and bool(self._resident) and self._stall_state().stalled)
 
     def _release(self) -> None:
         """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
         settles; the notices enter this closing agent as injects (§9.2 step 4)."""
-        self._released = self._stall_state().parked
-        self._releasing = True
-        self._release_children()
-
-    def _release_children(self) -> None:
-        assert self._input is not None
-        for child_id in list(self._resident):
-            self._tasks.add(asyncio.create_task(self._signal_release(child_workflow_id(self._input.run.root_id, child_id))))
-
-    async def _signal_release(self, target: str) -> None:
-        try:
-            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.release)
-        except Exception:  # its run has completed meanwhile: its notice is on the way anyway
-            workflow.logger.debug("release of %s found its run closed", target)
+        self._s.released = self._s.stall_state().parked
+        self._s.releasing = True
+        self._residents.release_all()
 
     @workflow.signal
     def release(self) -> None:
         """The parent releases this child (its tree is closing): no new turn, children first."""
-        if not self._releasing:
-            self._releasing = True
-            self._release_children()
-            for cause in [{"kind": "parent"}] if self._running else []:
-                self._interrupts.setdefault(self._ended, []).append(InterruptAt(len(self._deliveries), cause))
+        if not self._s.releasing:
+            self._s.releasing = True
+            self._residents.release_all()
+            for cause in [{"kind": "parent"}] if self._s.running else []:
+                self._s.interrupts.setdefault(self._s.ended, []).append(InterruptAt(len(self._queue), cause))
 
     @workflow.query
     def status(self) -> str:
         """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
         of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
-        if self._closing:
+        if self._s.closing:
             return "ready"
-        if self._running or self._waking():
+        if self._s.running or self._queue.waking():
             return "running"
-        return "parked" if self._parked else "idle"
+        return "parked" if self._s.parked else "idle"
 
     @workflow.query
     def view(self) -> AgentView:
         """This agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
         tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
-        assert self._input is not None
         who = self._input
-        stall = self._stall_state()
+        stall = self._s.stall_state()
         return AgentView(
             session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
-            depth=who.depth, status=self.status(), resident=list(self._resident), children=list(self._children),
-            stalled=stall.stalled, parked=list(stall.parked), shutting_down=self._closing or self._releasing)
+            depth=who.depth, status=self.status(), resident=list(self._residents),
+            children=list(self._residents.started), stalled=stall.stalled, parked=list(stall.parked),
+            shutting_down=self._s.closing or self._s.releasing)
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:
-        """A resident child's stall report; a stale one (decided before our latest follow-up
-        reached it) is dropped: the follow-up wakes it, and it reports again from there."""
-        stale = state.seen is not None and state.seen < self._sent.get(state.child_id, 0)
-        if state.child_id in self._resident and not stale:
-            self._stalled[state.child_id] = state
-
-    def _engage(self, engaged: list[bool]) -> None:
-        if len(self._engaged) < len(engaged):
-            self._engaged.extend([False] * (len(engaged) - len(self._engaged)))
-        for i, flag in enumerate(engaged):
-            self._engaged[i] = self._engaged[i] or flag
+        """A resident child's stall report (a stale one is dropped: `Residents.report`)."""
+        self._residents.report(state)
 
     # -- the running turn's long-polls ------------------------------------------------------
     @workflow.update
@@ -433,43 +269,42 @@ class AgentWorkflow:
         """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
         not applied, or nothing once it has ended."""
 
-        self._updates += 1
+        self._s.updates += 1
 
         def unseen() -> list[InterruptAt]:
-            return self._interrupts.get(poll.seq, [])[poll.interrupts:]
+            return self._s.interrupts.get(poll.seq, [])[poll.interrupts:]
 
         await workflow.wait_condition(
-            lambda: len(self._deliveries) > poll.after or bool(unseen()) or self._ended > poll.seq)
-        if self._ended > poll.seq:
+            lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
+        if self._s.ended > poll.seq:
             return PollReply()
-        return PollReply(deliveries=self._deliveries[poll.after:], interrupts=unseen())
+        return PollReply(deliveries=self._queue.after(poll.after), interrupts=unseen())
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:
         """A message for this agent from another workflow of the tree (a report, a follow-up)."""
-        self._accept(delivery)
+        self._queue.accept(delivery)
         if delivery.send == "followup":  # from the parent's message_child (reports steer or inject)
-            self._seen += 1
+            self._s.seen += 1
 
     @workflow.update
     def interrupt(self, request: Interrupt) -> Answer:
         """SPEC §10.2 on this agent's workflow (its existence is residency: a settled child has no
         running workflow, so the caller answers the accepted no-op itself). Fire-and-return: the
         cancel reaches the running turn through its poll, `agent.cancel(cause, keep_inbox=True)`."""
-        assert self._input is not None
-        self._updates += 1
+        self._s.updates += 1
         if request.kind == "parent":
             if request.caller not in self._input.ancestors:
                 return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-DESCENDANT")
         elif request.caller != self._input.parent_id:
             return Answer(code="UNAUTHORIZED", text="T-ERR-NOT-PARENT")
-        if self._releasing or self._closing:
+        if self._s.releasing or self._s.closing:
             return Answer(status="noop")  # its disposal is open
-        if not self._running and not self._waking():
+        if not self._s.running and not self._queue.waking():
             return Answer(status="noop")  # idle: a cancel of an idle agent does nothing
         # The running turn, or (a waking delivery pending) the one about to start: its first poll.
-        at = InterruptAt(at=len(self._deliveries), cause={"kind": request.kind})
-        self._interrupts.setdefault(self._ended, []).append(at)
+        at = InterruptAt(at=len(self._queue), cause={"kind": request.kind})
+        self._s.interrupts.setdefault(self._s.ended, []).append(at)
         return Answer(status="accepted")
 
     @workflow.update
@@ -478,135 +313,106 @@ class AgentWorkflow:
         resident is started again under its id with the next epoch (a cold resume), after the
         header checks. A child whose run ended while its result is on the way (LOST): wait for the
         notice to enter here, then resume it."""
-        self._updates += 1
-        self._calls += 1
+        self._s.updates += 1
+        self._s.calls += 1
         try:
             return await self._message_child(request)
         finally:
-            self._calls -= 1
+            self._s.calls -= 1
 
     async def _message_child(self, request: MessageChild) -> Answer:
-        assert self._input is not None
         run = self._input.run
         child_id = request.child_id
         delivery = Delivery(request.message)
         while True:
-            if self._releasing or self._closing:
+            if self._s.releasing or self._s.closing:
                 return Answer(code="DRAINING", text="T-ERR-DRAINING-SCOPED")
-            if child_id in self._resident:
-                try:
-                    await workflow.get_external_workflow_handle(child_workflow_id(run.root_id, child_id)).signal(
-                        AgentWorkflow.deliver, delivery)
-                except Exception:  # its run has completed: the result is on the way (LOST)
-                    await workflow.wait_condition(lambda: child_id not in self._resident)
-                    continue
-                # --- delivered begin: counted with the stale view dropped, no await between ---
-                self._sent[child_id] = self._sent.get(child_id, 0) + 1
-                self._stalled.pop(child_id, None)  # it has waking work now
-                # --- delivered end ---
-                return Answer(status="delivered")
+            if child_id in self._residents:
+                if await self._residents.deliver(child_id, delivery):
+                    return Answer(status="delivered")
+                await workflow.wait_condition(lambda: child_id not in self._residents)  # LOST: its result is on the way
+                continue
             found = await workflow.execute_activity(
                 RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
                 result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
             )
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
-            if child_id in self._resident:
+            if child_id in self._residents:
                 continue  # a parallel send resumed it meanwhile
             assert found.descriptor is not None
             await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch)
             return Answer(status="started")
 
-    # -- the fence board (root) -------------------------------------------------------------
     @workflow.update
     async def report(self, delivery: Delivery) -> None:
         """`report` in this child's running turn: relay it to the direct parent's workflow. The
         signal is in the parent's history before this child can settle, so the report precedes
         the notice there (SPEC §11.3)."""
-        assert self._input is not None and self._input.parent_id is not None
-        self._updates += 1
-        self._calls += 1
+        assert self._input.parent_id is not None
+        self._s.updates += 1
+        self._s.calls += 1
         try:
             target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
             await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
         finally:
-            self._calls -= 1
+            self._s.calls -= 1
 
+    # -- the fence board (root; board.py) ---------------------------------------------------
     @workflow.signal
     def fence_facts(self, facts: list[list[Any]], source: str | None = None) -> None:
         """A turn anywhere in the tree (`source`; None: a workflow) recorded these fence facts
         (root workflow only)."""
-        for fact in facts:
-            if tuple(fact) not in self._seen_facts:
-                self._seen_facts.add(tuple(fact))
-                self._facts.append(fact)
-                self._fact_last[source] = len(self._facts) - 1
+        self._board.add(facts, source)
 
     @workflow.update
     async def fence_facts_after(self, after: int, source: str | None = None) -> list[list[Any]]:
         """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes.
         It answers once a fact past `after` comes from elsewhere than the polling turn
-        (`source`): the turn's own facts are in its fences already, and echoing each back would
-        cost an update per fact (Temporal allows 2,000 per run; issue 12 item 7). A run about to
+        (`source`; Temporal allows 2,000 updates per run; issue 12 item 7). A run about to
         continue as new answers what it has (maybe nothing): the turn polls again, the next run."""
-        self._updates += 1
-        await workflow.wait_condition(lambda: self._closing or self._handing_over or any(
-            i >= after for s, i in self._fact_last.items() if s is None or s != source))
-        return self._facts[after:]
+        self._s.updates += 1
+        await workflow.wait_condition(lambda: self._s.closing or self._s.handing_over or self._board.news_for(after, source))
+        return self._board.facts[after:]
 
+    # -- the tree's run budget (root; ledger.py) --------------------------------------------
     @workflow.update
     def charge(self, charge: Charge) -> Charged:
-        """The tree's run budget (root only): every turn of the tree, on any worker, charges its
-        spawns and model requests here, so the limits hold tree-wide as in one process. (Runs
-        before signal `charges`; kept so their histories replay.)"""
-        self._updates += 1
-        return self._count(charge)
+        """One charge of a turn (runs before signal `charges`; kept so their histories replay)."""
+        self._s.updates += 1
+        return self._ledger.count(charge)
 
     @workflow.update
     def charge_many(self, charges: list[Charge]) -> list[Charged]:
-        """Charges of several turns, batched by their worker process (`worker._Charges`): each
-        is counted in order as `charge` counts it, so a batch costs one update, not one per model
-        request and spawn (Temporal allows 2,000 updates per run; issue 12 item 7). (Runs before
-        signal `charges`; kept so their histories replay.)"""
-        self._updates += 1
-        return [self._count(c) for c in charges]
+        """Charges batched by a worker process, each counted in order as `charge` counts it (runs
+        before signal `charges`; kept so their histories replay)."""
+        self._s.updates += 1
+        return [self._ledger.count(c) for c in charges]
 
     @workflow.signal
     def charges(self, source: str, batch: int, charges: list[Charge]) -> None:
         """Charges of several turns, batched by their worker process (`worker._charges`), each
         counted in order as `charge` counts it; the answers are read by query `charged`. A signal,
         not an update: a server caps a run's updates, and a tree's charges are one per model
-        request and spawn (2,000 requests by default). A source has one batch in flight, so only
-        its last batch's answers are kept (and carried across continue-as-new)."""
-        last = self._charged.get(source)
-        if last is None or last[0] < batch:
-            self._charged[source] = [batch, [self._count(c).refused for c in charges]]
+        request and spawn (2,000 requests by default)."""
+        self._ledger.count_batch(source, batch, charges)
 
     @workflow.query
     def charged(self, source: str, batch: int) -> list[Charged] | None:
         """The answers to `source`'s batch `batch` of `charges`, None before it is counted."""
-        last = self._charged.get(source)
-        if last is None or last[0] != batch:
-            return None
-        return [Charged(refused=r) for r in last[1]]
-
-    def _count(self, charge: Charge) -> Charged:
-        if charge.kind == "tokens":
-            self._budget.tokens += charge.tokens
-            return Charged()
-        return Charged(refused=self._budget.count(charge.kind))
+        return self._ledger.answered(source, batch)
 
     @workflow.signal
     def spent(self, tokens: int) -> None:
         """A reply's tokens, charged to the tree's budget (root only; no answer, so a signal)."""
-        self._budget.tokens += tokens
+        self._ledger.budget.tokens += tokens
 
-    # -- children ---------------------------------------------------------------------------
+    # -- children (residents.py) ------------------------------------------------------------
     @workflow.update
     async def start_child(self, request: StartChild) -> None:
         """`subagent` in a running turn: start the child's first epoch; returns once it started."""
-        self._updates += 1
-        if request.child_id in self._resident:
+        self._s.updates += 1
+        if request.child_id in self._residents:
             return  # a retried turn asked again
         await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
 
@@ -616,52 +422,12 @@ class AgentWorkflow:
         commands go out in one workflow task) and returns once every one has started. Temporal
         holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
         refused starts at N=300 (issue 12 item 7)."""
-        self._updates += 1
-        fresh = [r for r in requests if r.child_id not in self._resident]  # a retried turn asked again
+        self._s.updates += 1
+        fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
         await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
 
     async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
-        assert self._input is not None
-        run = self._input.run
-        child = TreeInput(
-            run=run, session_id=child_id, deliveries=[first],
-            parent_id=self._input.session_id, depth=depth, descriptor=descriptor,
-            epoch=epoch, cwd=self._input.cwd, ancestors=[*self._input.ancestors, self._input.session_id],
-        )
-        # Epoch n of the child is run n under the same id: the default id reuse policy allows a
-        # new run once the previous one has closed (a cold resume, SPEC §8.7). ABANDON: the child
-        # lives on when this run continues as new (it signals its notice to the current run).
-        for attempt in range(RESTART_TRIES):
-            try:
-                if not self._anywhere:
-                    handle = await workflow.start_child_workflow(
-                        AgentWorkflow.run, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue)
-                else:
-                    handle = await workflow.start_child_workflow(
-                        AgentWorkflow.run, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue,
-                        parent_close_policy=ParentClosePolicy.ABANDON)
-                break
-            except WorkflowAlreadyStartedError:
-                # Its last run signalled its notice (so it is not resident) and is closing.
-                if not self._anywhere or attempt == RESTART_TRIES - 1:
-                    raise
-                await workflow.sleep(RESTART_WAIT)
-        if not any(c.child_id == child_id for c in self._children):
-            self._children.append(ChildRef(child_id=child_id, descriptor=descriptor))
-        self._resident[child_id] = asyncio.create_task(self._settled(child_id, handle, epoch))
-
-    async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[AgentWorkflow, TreeResult],
-                       epoch: int) -> None:
-        try:
-            result = await handle
-        except ChildWorkflowError as exc:
-            # Its run failed, so no turn returned its notice (README "Failed child runs"): the
-            # epoch is settled `error` from its log, with the epoch's one notice id, once here.
-            assert self._input is not None
-            failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=_chain(exc))
-            result = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                     start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
-        await self._settle(child_id, result)
+        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle)
 
     @workflow.signal
     async def settled(self, result: TreeResult) -> None:
@@ -673,15 +439,13 @@ class AgentWorkflow:
         """A child's result entered once: it comes as signal `settled` and, to the run that started
         the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
-        if key in self._entered:
+        if not self._residents.enter(key):
             return
-        self._entered.add(key)
-        self._violations.extend(result.violations)
-        self._engage(result.fences_engaged)
+        self._s.violations.extend(result.violations)
+        self._s.engage(result.fences_engaged)
         if result.notice is not None:
             # A closing agent takes the notice as an inject and starts no turn for it (§9.2 step 4).
-            self._accept(Delivery(result.notice, send="inject" if self._releasing else "notice"))
-        assert self._input is not None
+            self._queue.accept(Delivery(result.notice, send="inject" if self._s.releasing else "notice"))
         run = self._input.run
         if run.fences and result.agent_key is not None and (
                 run.fence_agents is None or result.agent_key in run.fence_agents):
@@ -692,15 +456,5 @@ class AgentWorkflow:
                 self.fence_facts([fact])
             else:
                 await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
-        self._stalled.pop(child_id, None)
-        self._sent.pop(child_id, None)
-        self._resident.pop(child_id, None)
+        self._residents.drop(child_id)
 
-
-def _chain(exc: BaseException | None) -> str:
-    """A failure's messages, outermost first (from history, so replays give the same text)."""
-    parts: list[str] = []
-    while exc is not None:
-        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
-        exc = exc.__cause__
-    return ": ".join(parts)

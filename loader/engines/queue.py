@@ -1,0 +1,53 @@
+"""An agent workflow's accepted deliveries, in arrival order (loader/engines/README.md, "Workflow
+code"). Workflow-side state (deterministic, no I/O; it may import only `wire`).
+
+Invariants:
+- `deliveries` only grows, in arrival order (history order): it is the agent's inbox as accepted;
+- `handed` counts the prefix some turn activity has taken; pending = `deliveries[handed:]`;
+- `last_waking` is the index of the last waking delivery (-1: none), so `waking()` is O(1): the
+  wait conditions ask it on every activation, and a fan-out root holds a delivery per child (a scan
+  made each workflow task O(N), issue 12 item 7);
+- the deliveries before `quiet` wake no one again: a turn that failed for good was handed them
+  (they stay pending, for the next turn, which a later waking delivery starts).
+"""
+
+from __future__ import annotations
+
+from dsh.loader.engines.wire import Delivery
+
+__all__ = ["DeliveryQueue"]
+
+
+class DeliveryQueue:
+    """Every message accepted for one agent and how many a turn has taken."""
+
+    def __init__(self, quiet: int = 0) -> None:
+        self.deliveries: list[Delivery] = []
+        self.last_waking = -1
+        self.handed = 0
+        self.quiet = quiet
+
+    def __len__(self) -> int:
+        return len(self.deliveries)
+
+    def accept(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+        if delivery.waking:
+            self.last_waking = len(self.deliveries) - 1
+
+    def waking(self) -> bool:
+        """A waking delivery is pending."""
+        return self.last_waking >= max(self.handed, self.quiet)
+
+    def hush(self) -> None:
+        """What is pending now wakes no one again (a turn that failed for good had it)."""
+        self.quiet = len(self.deliveries)
+
+    def has_pending(self) -> bool:
+        return self.handed < len(self.deliveries)
+
+    def pending(self) -> list[Delivery]:
+        return self.deliveries[self.handed:]
+
+    def after(self, n: int) -> list[Delivery]:
+        return self.deliveries[n:]

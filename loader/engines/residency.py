@@ -1,0 +1,136 @@
+"""One agent's residency as its workflow run keeps it (loader/engines/README.md, "Workflow code",
+"Continue-as-new", "Stalls"): the turn counters and flags, what its result accumulates, and the
+rules over them: when the main loop has something to do, when the run continues as new and what
+it carries, when the agent is stalled. Workflow code (deterministic, no I/O; it may import only
+`wire` and the other workflow-side state modules); the handlers and commands stay on
+`AgentWorkflow`, which reads and sets these fields.
+
+Invariants:
+- one turn activity at a time (`turn_seq` is the running one's number, `ended` the count of ended
+  ones), so the long-poll of an ended turn returns at once and never holds the workflow open;
+- `interrupts[seq]` lists the interrupts accepted for turn `seq` in arrival order; each is handed
+  to that turn once (the poll counts what the turn applied);
+- `parked` is the last turn's queued waking work: non-empty means parked (SPEC §10.3), so the run
+  neither settles nor starts a turn until a waking delivery arrives or the tree releases it;
+- `told_stalled` is what the parent last heard (children only), so a change is signalled once and
+  an unchanged state costs no history event; `seen` counts the parent's follow-ups this residency
+  received (a `followup` delivery comes only from its `message_child`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from temporalio import workflow
+
+from dsh.loader.engines.board import FenceBoard
+from dsh.loader.engines.ledger import ChargeLedger
+from dsh.loader.engines.queue import DeliveryQueue
+from dsh.loader.engines.residents import Residents
+from dsh.loader.engines.wire import Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
+
+__all__ = ["Residency"]
+
+
+class Residency:
+    """The state of one agent's workflow run beside its queue, children, ledger and board."""
+
+    def __init__(self, input: TreeInput, carried: Carried, queue: DeliveryQueue, residents: Residents,
+                 ledger: ChargeLedger, board: FenceBoard, *, anywhere: bool) -> None:
+        self.input, self.queue, self.residents, self.ledger, self.board = input, queue, residents, ledger, board
+        self.anywhere = anywhere  # HANDOVER_PATCH
+        self.turn_seq = -1
+        self.ended = 0
+        self.running = False
+        self.closing = False
+        self.interrupts: dict[int, list[InterruptAt]] = {}
+        self.releasing = False
+        self.released: list[str] = []
+        self.updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
+        self.calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
+        self.handing_over = False  # about to continue as new: the board's long-polls return
+        # The bookkeeping of the runs before (`carry`): no child's notice is lost between the
+        # runs, since each is signalled to the workflow id, whichever run is current.
+        self.parked: list[str] = list(carried.parked)
+        self.told_stalled: ChildState | None = carried.told_stalled
+        self.key: str | None = carried.agent_key
+        self.violations: list[dict[str, Any]] = list(carried.violations)
+        self.engaged: list[bool] = list(carried.fences_engaged)
+        self.seen = carried.seen  # the parent's follow-ups this residency has received (ChildState.seen)
+
+    def result(self, last: TurnResult | None) -> TreeResult:
+        input = self.input
+        if last is None:
+            return TreeResult(session_id=input.session_id, stop_reason="completed")
+        return TreeResult(
+            session_id=input.session_id, stop_reason=last.stop_reason, notice=last.notice, output=last.output,
+            output_in_log=last.output_in_log, error=last.error, violations=list(self.violations),
+            fences_engaged=list(self.engaged), agent_key=self.key, epoch=input.epoch,
+            released=sorted(self.released),
+            budget=self.ledger.budget.summary() if input.parent_id is None else {},
+        )
+
+    def continue_due(self) -> bool:
+        """An agent's run continues as new between turns, before the server's limits: when
+        Temporal suggests it, its history reached `temporal.continueAsNewAfter` events or it took
+        `temporal.continueAsNewUpdates` updates. Only while it has work ahead (parked, waking
+        deliveries pending, or children resident) and no turn runs, no interrupt waits for the
+        next turn and it is not releasing. Before HANDOVER_PATCH: only a child, no child resident."""
+        if self.running or self.releasing or not self.ended:
+            return False  # `not self.ended`: each run takes at least one turn, so runs cannot chain idly
+        if not self.anywhere and (self.input.parent_id is None or self.residents):
+            return False
+        if not (self.parked or self.queue.waking() or self.residents) or self.interrupts.get(self.ended):
+            return False
+        info = workflow.info()
+        run = self.input.run
+        limit = run.continue_as_new_after
+        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+                or (self.anywhere and self.updates >= run.continue_as_new_updates))
+
+    def carry(self, runs: int) -> TreeInput:
+        carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
+                          violations=list(self.violations), fences_engaged=list(self.engaged), agent_key=self.key,
+                          runs=runs + 1, seen=self.seen, **self.residents.carry(), **self.ledger.carry(),
+                          facts=list(self.board.facts), fact_last=self.board.carried_last(),
+                          quiet=max(0, self.queue.quiet - self.queue.handed))
+        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried)
+
+    def due(self) -> bool:
+        """Something for the main loop to do (see `run`)."""
+        if self.input.parent_id is not None and self.stall_changed():
+            return True
+        if self.anywhere and self.continue_due():  # e.g. a root waiting on children, its updates spent
+            return True
+        if self.releasing:
+            return not self.residents
+        return self.queue.waking() or self.release_due() or (not self.residents and not self.parked)
+
+    def stall_state(self) -> ChildState:
+        """Stalled: no turn runs, nothing waking is pending, and the agent is parked or waits only
+        on stalled children (every resident descendant parked or waiting on parked ones)."""
+        quiet = not self.running and not self.queue.waking() and not self.releasing
+        stalled = quiet and bool(self.parked or self.residents) and self.residents.stalled_below()
+        parked = [self.input.session_id] if self.parked else []
+        if stalled:
+            parked.extend(self.residents.parked_below())
+        return ChildState(child_id=self.input.session_id, stalled=stalled, parked=sorted(parked) if stalled else [],
+                          seen=self.seen)
+
+    def stall_changed(self) -> bool:
+        state = self.stall_state()
+        told = self.told_stalled
+        return (told.stalled if told is not None else False) != state.stalled or (
+            told is not None and told.parked != state.parked)
+
+    def release_due(self) -> bool:
+        """The root of a stalled tree under `run.parked: release` lets its parked work go."""
+        return (self.input.parent_id is None and self.input.run.parked == "release" and not self.releasing
+                and bool(self.residents) and self.stall_state().stalled)
+
+    def engage(self, engaged: list[bool]) -> None:
+        if len(self.engaged) < len(engaged):
+            self.engaged.extend([False] * (len(engaged) - len(self.engaged)))
+        for i, flag in enumerate(engaged):
+            self.engaged[i] = self.engaged[i] or flag
