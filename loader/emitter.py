@@ -48,6 +48,22 @@ class Emitter:
 
         return off
 
+    def on_each(self, fns: dict[str, Listener]) -> Callable[[], None]:
+        """`on(name, fn)` for each pair, in order, with one `off` for all of them (issue 13: the
+        registry's forwarders, 7 per agent, cost 7 `off` closures and 7 removals each)."""
+        listeners = self._listeners
+        for name, fn in fns.items():
+            listeners[name] = (*listeners.get(name, ()), fn)
+
+        def off() -> None:
+            for name, fn in fns.items():
+                present = listeners.get(name, ())
+                if fn in present:
+                    index = present.index(fn)
+                    listeners[name] = present[:index] + present[index + 1:]
+
+        return off
+
     def emit(self, name: str, payload: Any) -> None:
         fns = self._listeners.get(name)
         if not fns:

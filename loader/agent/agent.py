@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class Agent:
         self.pre_step.add(self._checkpoint, order=0)
         self._phase: Phase = Idle(last_turn=_last_turn(session))
         self._activity: asyncio.Future[None] | None = None
+        self._idle_waiters: list[asyncio.Future[None]] = []  # `when_idle` callers, woken by `converge`
         self._driver: asyncio.Task[None] | None = None
         self._disposal: asyncio.Future[None] | None = None
         self._cleanups: list[Callable[[], None]] = []
@@ -188,13 +190,15 @@ class Agent:
 
     # -- idle -----------------------------------------------------------------------------
     async def when_idle(self) -> None:
-        while True:
-            activity = self._activity
-            if activity is None:
-                return
-            await asyncio.shield(activity)
-            if self._activity is activity:
-                return
+        """Return once no activity runs. Each caller waits on a future of its own that `converge`
+        resolves directly: one loop hop, and a cancelled caller cancels only its own future (what
+        the `shield` of the shared activity future was for, at one hop and a future more; issue 13)."""
+        activity = self._activity
+        while activity is not None and not activity.done():
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            await waiter
+            activity = self._activity  # a wake may have opened a newer activity: wait for that one too
 
     def call_when_idle(self, fn: Callable[[], None]) -> None:
         """Call `fn()` when `when_idle` would return, from a callback instead of a task: the
@@ -228,6 +232,10 @@ class Agent:
             self._wake_driver()
         if activity is not None and not activity.done():
             activity.set_result(None)
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():  # a cancelled `when_idle` left its own future behind
+                waiter.set_result(None)
         self.events.emit("agent/converged", {"agent": self.id})
 
     # -- maintenance (§6.4) ---------------------------------------------------------------
@@ -263,14 +271,26 @@ class Agent:
     def dispose(self, *, keep_inbox: bool = False) -> asyncio.Future[None]:
         """Memoized: every caller awaits the same future. `keep_inbox`: only this process lets the
         agent go, not the conversation (the Temporal turn activity: its queued work is the next
-        turn's, rebuilt from the log), so pending work is not discarded."""
+        turn's, rebuilt from the log), so pending work is not discarded.
+
+        An agent already idle after the cancel (the disposal transaction's step 9 always is) is
+        released now, in this call: cleanups, unregister, and a future that completes with the
+        session's close; no task and no idle wait (issue 13). Otherwise a task waits for idle first.
+        """
         if self._disposal is None:
             self.cancel({"kind": "disposed"}, keep_inbox=keep_inbox)
-            self._disposal = asyncio.ensure_future(self._dispose())
+            activity = self._activity  # read after the cancel: a discard listener may have woken it
+            if activity is None or activity.done():
+                self._disposal = self._release()
+            else:
+                self._disposal = asyncio.ensure_future(self._dispose())
         return self._disposal
 
     async def _dispose(self) -> None:
         await self.when_idle()
+        await self._release()
+
+    def _release(self) -> asyncio.Future[None]:
         for fn in self._cleanups:
             try:
                 fn()
@@ -279,11 +299,26 @@ class Agent:
         self._cleanups.clear()
         if self.registry is not None:
             self.registry.unregister(self)
-        await self.store.close(self.session)
+        closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.store.closing(self.session).add_done_callback(functools.partial(_settle_from, closed))
+        return closed
 
     # -- pre-step checkpoint (§5.5) -------------------------------------------------------
     async def _checkpoint(self, ctx: PreStep) -> None:
         await self.store.flush(self.session)
+
+
+def _settle_from(target: asyncio.Future[None], source: asyncio.Future[None]) -> None:
+    """Complete `target` as `source` completed; a failure left unawaited is marked retrieved."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+        target.add_done_callback(lambda f: f.exception())
+    else:
+        target.set_result(None)
 
 
 def _last_turn(session: Session) -> int:

@@ -6,6 +6,7 @@ re-emits each member's status changes so the runner and fences observe the whole
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +18,16 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentRegistry"]
 
+# Re-emitted from each member, tagged with the agent; registered together, after the agent's own
+# earlier listeners and before later ones, in this order.
+_FORWARDED = ("agent/status", "agent/error", "agent/inbox/inserted", "agent/inbox/claimed",
+              "agent/inbox/discarded", "agent/maintenance-end", "agent/converged")
+
 
 class AgentRegistry:
     def __init__(self) -> None:
         self._agents: dict[str, Agent] = {}
-        self._offs: dict[str, list[Callable[[], None]]] = {}
+        self._offs: dict[str, Callable[[], None]] = {}
         self.events = Emitter()
 
     def get(self, agent_id: str) -> Agent | None:
@@ -40,23 +46,18 @@ class AgentRegistry:
         if agent.id in self._agents:
             raise DshError("DUPLICATE_AGENT", f"an agent with id {agent.id} is already registered")
         self._agents[agent.id] = agent
-        offs = []
-        for name in ("agent/status", "agent/error", "agent/inbox/inserted", "agent/inbox/claimed",
-                     "agent/inbox/discarded", "agent/maintenance-end", "agent/converged"):
-            offs.append(agent.events.on(name, self._forward(name, agent)))
-        self._offs[agent.id] = offs
+        forward = functools.partial(self._forward, agent)
+        self._offs[agent.id] = agent.events.on_each({name: functools.partial(forward, name) for name in _FORWARDED})
         self.events.emit("agent/registered", {"agent": agent})
 
     def unregister(self, agent: Agent) -> None:
         if self._agents.get(agent.id) is not agent:
             return
         del self._agents[agent.id]
-        for off in self._offs.pop(agent.id, []):
+        off = self._offs.pop(agent.id, None)
+        if off is not None:
             off()
         self.events.emit("agent/disposed", {"agent": agent})
 
-    def _forward(self, name: str, agent: Agent) -> Callable[[Any], None]:
-        def forward(payload: Any) -> None:
-            self.events.emit(name, {**(payload if isinstance(payload, dict) else {}), "agent": agent})
-
-        return forward
+    def _forward(self, agent: Agent, name: str, payload: Any) -> None:
+        self.events.emit(name, {**(payload if isinstance(payload, dict) else {}), "agent": agent})

@@ -165,16 +165,23 @@ class SessionStore(WriteBehind):
 
     async def close(self, session: Session) -> None:
         """Final flush (failure logged), unlock, forget. Idempotent."""
+        await asyncio.shield(self.closing(session))
+
+    def closing(self, session: Session) -> asyncio.Future[None]:
+        """`close` as a future (started now, memoized), for a caller that chains it without a task
+        of its own (`Agent.dispose`, issue 13); a cancelled awaiter must not cancel it."""
         live = self._live.get(session.id)
         if live is None or live.session is not session:
             session.closed = True
-            return
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
         if live.closing is None:
             live.closing = asyncio.get_running_loop().create_task(
                 self._close(live), name=f"session-close:{session.id}"
             )
             live.closing.add_done_callback(_retrieve)
-        await asyncio.shield(live.closing)
+        return live.closing
 
     async def _close(self, live: _Live) -> None:
         session = live.session

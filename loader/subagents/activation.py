@@ -51,7 +51,6 @@ class Activation:
     announced: bool = False
     resident: bool = False  # materialization finished; interrupts before this are accepted no-ops
     poke: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    watcher: asyncio.Task[None] | None = None
 
     def renew_poke(self) -> None:
         """Resolve-and-replace: wakes whoever awaits the current poke; later waiters get a new one."""

@@ -23,6 +23,11 @@ class ChildLock:
     def __contains__(self, child_id: object) -> bool:
         return child_id in self._tails
 
+    def tail(self, child_id: str) -> asyncio.Future[None] | None:
+        """The last queued operation's future, or None when the lock is free (the watcher decides
+        synchronously when it is, and after this future otherwise)."""
+        return self._tails.get(child_id)
+
     async def run(self, child_id: str, op: Callable[[], Awaitable[T]]) -> T:
         previous = self._tails.get(child_id)
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()

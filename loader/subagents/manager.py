@@ -356,8 +356,7 @@ class ContinuationManager:
     def start_watcher(self, a: Activation) -> None:
         """Residency is complete (interrupts act from now); `teardown.watch` decides its end."""
         a.resident = True
-        a.watcher = asyncio.create_task(watch(self, a), name=f"watcher:{a.child_id}")
-        a.watcher.add_done_callback(_log_failure)
+        watch(self, a)
 
     def _unaccept(self, a: Activation) -> Callable[[dict[str, Any]], None]:
         def listener(payload: dict[str, Any]) -> None:
@@ -404,7 +403,3 @@ class ContinuationManager:
         """The memoized disposal transaction of `a` (teardown.py, §8.11)."""
         return dispose(self, a)
 
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -52,41 +52,76 @@ class Residency(NoticeHost, Protocol):
     def close_scope(self, root: Agent, members: Iterable[Agent]) -> None: ...
 
 
-_KEEP = object()
+
+def watch(m: Residency, a: Activation) -> None:
+    """Start the watcher (§8.10) of `a`: dispose it once it reads settled under its child lock.
+
+    Callbacks, not a task (issue 13): a task's first step, its wake future per wait and the lock's
+    futures per decision were ~a task, four futures and a dozen callbacks per child. The first
+    wait starts one loop pass later, where the task's first step ran, so the submission that
+    follows a materialization in the same pass is accepted before the first decision.
+    """
+    asyncio.get_running_loop().call_soon(_Watcher(m, a).arm, True)
 
 
-async def watch(m: Residency, a: Activation) -> None:
-    """The watcher (§8.10): dispose `a` once it reads settled under its child lock."""
-    loop = asyncio.get_running_loop()
-    while a.disposal is None:
-        poked = a.poke
-        # Woken by callbacks (the poke, the agent going idle), not a task and an `asyncio.wait`
-        # per wait (issue 13); a callback that comes after the wake is a no-op.
-        wake: asyncio.Future[None] = loop.create_future()
-        fire = functools.partial(_resolve, wake)
-        poked.add_done_callback(fire)
-        a.agent.call_when_idle(fire)
-        await wake
+class _Watcher:
+    """One Activation's watcher. Each `arm` is a generation: a wake from an older one (the poke
+    or the idle callback that lost the race) is a no-op, as the loser of `first_completed` was."""
+
+    __slots__ = ("m", "a", "_armed", "_poked")
+
+    def __init__(self, m: Residency, a: Activation) -> None:
+        self.m = m
+        self.a = a
+        self._armed: object | None = None
+        self._poked: asyncio.Future[None] = a.poke
+
+    def arm(self, idle: bool) -> None:
+        """Wait for the agent's idleness or the poke current now; then decide."""
+        a = self.a
         if a.disposal is not None:
             return
+        self._poked = a.poke  # a poke during the decision below makes a kept child re-decide
+        self._wait(self._poked, idle)
 
-        async def decide() -> Any:
-            # Sync span S7 (inside the child lock): a concurrent delivery either won admission
-            # already or waits for the release.
-            if a.disposal is not None or state_of(a) != "settled":
-                return _KEEP
-            return dispose(m, a)
+    def _wait(self, poke: asyncio.Future[None], idle: bool) -> None:
+        token = self._armed = object()
+        poke.add_done_callback(functools.partial(self._woken, token, idle))
+        if idle:
+            self.a.agent.call_when_idle(functools.partial(self._woken, token, True))
 
-        decision = await m.locks.run(a.child_id, decide)
-        if decision is _KEEP:
-            if a.agent.status != "running":
-                await poked  # waiting on children, or parked
-            continue
+    def _woken(self, token: object, decide: bool, *_: object) -> None:
+        if token is not self._armed:
+            return
+        self._armed = None
+        if self.a.disposal is not None:
+            return
+        if decide:
+            self._decide()
+        else:
+            self.arm(True)
+
+    def _decide(self, *_: object) -> None:
+        a = self.a
+        busy = self.m.locks.tail(a.child_id)
+        if busy is not None:  # an operation holds or waits for the child lock: decide after it
+            busy.add_done_callback(self._decide)
+            return
         try:
-            await decision
+            # --- S7 begin: the child lock is free and nothing below awaits, so no locked operation
+            # interleaves; a concurrent delivery either won admission already or waits for the release.
+            if a.disposal is not None:
+                return
+            if state_of(a) != "settled":
+                if a.agent.status == "running":
+                    self.arm(True)
+                else:  # waiting on children, or parked: only the poke of this wait re-arms
+                    self._wait(self._poked, False)
+                return
+            dispose(self.m, a)  # failures are logged by the disposal transaction (T-LOG-TEARDOWN-FAILED)
+            # --- S7 end ---
         except Exception:
-            pass  # logged by the disposal transaction (T-LOG-TEARDOWN-FAILED)
-        return
+            logger.exception("the settlement watcher of %s failed", a.child_id)
 
 
 def dispose(m: Residency, a: Activation) -> asyncio.Future[None]:
@@ -132,9 +167,10 @@ async def _transaction(
     done: asyncio.Future[None],
 ) -> None:
     failures: list[BaseException] = []
-    for result in await asyncio.gather(*children, return_exceptions=True):  # (5) child-first
-        if isinstance(result, BaseException):
-            failures.append(result)
+    if children:  # a leaf awaits no gather: a future and a loop hop less per child (issue 13)
+        for result in await asyncio.gather(*children, return_exceptions=True):  # (5) child-first
+            if isinstance(result, BaseException):
+                failures.append(result)
     try:
         await idle  # (6)
     except Exception as exc:

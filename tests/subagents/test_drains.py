@@ -211,10 +211,17 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     broken: set[str] = set()
 
     class BrokenHandle(Agent):
-        async def _dispose(self) -> None:
-            await super()._dispose()
-            if self.id in broken:
-                raise RuntimeError("handle broke")
+        def _release(self) -> asyncio.Future[None]:  # the handle's release fails after the close
+            closed = super()._release()
+            if not (self.id in broken):
+                return closed
+            failure = RuntimeError("handle broke")
+
+            async def broke() -> None:
+                await closed
+                raise failure
+
+            return asyncio.ensure_future(broke())
 
     tree = await make_tree(
         {

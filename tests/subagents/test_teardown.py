@@ -127,10 +127,17 @@ class BrokenHandle(Agent):
 
     broken: set[str] = set()
 
-    async def _dispose(self) -> None:
-        await super()._dispose()
-        if self.id in self.broken:
-            raise RuntimeError(f"handle of {self.id} broke")
+    def _release(self) -> asyncio.Future[None]:  # the handle's release fails after the close
+        closed = super()._release()
+        if not (self.id in self.broken):
+            return closed
+        failure = RuntimeError(f"handle of {self.id} broke")
+
+        async def broke() -> None:
+            await closed
+            raise failure
+
+        return asyncio.ensure_future(broke())
 
 
 @pytest.mark.parametrize("drain", ["selected-children", "the-owner", "scoped"])

@@ -65,9 +65,12 @@ async def test_an_interrupt_that_reached_the_idle_agent_is_not_applied_again_by_
     converge = Agent.converge
 
     def gated(agent: Agent, last_turn: int, wake_requested: bool) -> None:
-        converge(agent, last_turn, wake_requested)
+        # Resolved before the converge it gates, so the poll's wake is queued ahead of the turn's
+        # `when_idle` waiter, which `converge` wakes directly (issue 13, `psched`); both run after
+        # this call, with the agent idle.
         if not link.idle.done():
             link.idle.set_result(None)
+        converge(agent, last_turn, wake_requested)
 
     monkeypatch.setattr(Agent, "converge", gated)
     first = await asyncio.wait_for(run_turn(spec, link), 20)
