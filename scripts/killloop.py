@@ -5,6 +5,11 @@ random moments, resume each tree once to completion, and check what a crash must
     python scripts/killloop.py 300            # N trials, seeds 0..N-1; prints the counts
     python scripts/killloop.py 30 --jobs 2    # what tests/headless/test_kill.py runs
 
+Every `dsh` command line runs in a child forked by a pre-imported fork server (`forkrun.py`, one
+per job): a real, separate `dsh` process killed by a real SIGKILL, without paying interpreter
+start-up and imports per run (they were most of each run's wall time, and no kill moment falls
+inside them: the first possible moment is after the first NDJSON record).
+
 The kill moment is the random input, not a race we try to win: the run prints NDJSON (`--json`) and
 is killed right after its k-th record, k seeded and uniform over the record count of an uncrashed
 run; the process is usually further along by then, which is more randomness, not less. A run that
@@ -37,11 +42,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import queue
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +61,7 @@ ALLOWED_VIOLATIONS = ("REPLAY_UNCONSUMED", "REPLAY_PLACEHOLDER")
 INVARIANTS = ("unloadable", "claimed_missing", "entered_twice", "notice_count", "final_answer", "resume_failed")
 EXIT_BACKSTOP = 120.0  # loud backstop only; a run returns by exiting
 
-_SCRIPT = Path(sys.executable).with_name("dsh")
-DSH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from dsh.cli.main import app; app()"]
+FORKRUN = Path(__file__).resolve().with_name("forkrun.py")
 
 
 @dataclass
@@ -77,57 +83,96 @@ def _env() -> dict[str, str]:
 
 
 def _run_args(home: Path) -> list[str]:
-    return [*DSH, "run", "--transcript", str(TRANSCRIPT), "--overlay", str(OVERLAY), "--home", str(home)]
+    return ["run", "--transcript", str(TRANSCRIPT), "--overlay", str(OVERLAY), "--home", str(home)]
 
 
-def measure(workdir: Path) -> int:
+class ForkServer:
+    """One `forkrun.py` process: runs `dsh` argument vectors in forked children, one at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(FORKRUN)], env=_env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        if not self._answer().get("ready"):
+            raise SystemExit("the fork server did not start")
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the fork server exited ({self.proc.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def run(self, argv: list[str], *, kill_after: int | None = None, capture: bool = False) -> dict[str, Any]:
+        """Run `dsh ARGV` to its exit, or SIGKILL it right after its `kill_after`-th stdout line."""
+        assert self.proc.stdin is not None
+        request = {"argv": argv, "killAfter": kill_after, "capture": capture, "backstop": EXIT_BACKSTOP}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=EXIT_BACKSTOP)
+
+
+@contextmanager
+def fork_servers(n: int) -> Iterator[queue.Queue[ForkServer]]:
+    """`n` fork servers in a queue: each trial takes one for its runs and puts it back."""
+    pool: queue.Queue[ForkServer] = queue.Queue()
+    servers = [ForkServer() for _ in range(n)]
+    for server in servers:
+        pool.put(server)
+    try:
+        yield pool
+    finally:
+        for server in servers:
+            server.close()
+
+
+def measure(workdir: Path, server: ForkServer) -> int:
     """How many NDJSON records one uncrashed `--json` run prints: the range kill moments are drawn
     from. Counting records instead of seconds spreads the kills over the run itself on a machine
-    of any speed (start-up alone takes most of a run's wall time)."""
+    of any speed."""
     home = workdir / "measure"
-    proc = subprocess.run([*_run_args(home), "--json"], env=_env(), capture_output=True, timeout=EXIT_BACKSTOP)
-    records = proc.stdout.splitlines()
+    run = server.run([*_run_args(home), "--json"], capture=True)
+    records = run["stdout"].splitlines()
     result = json.loads(records[-1]) if records else {}
-    if proc.returncode not in (0, 1) or result.get("output") != FINAL_ANSWER:
-        raise SystemExit(f"the uncrashed run failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+    if run["code"] not in (0, 1) or result.get("output") != FINAL_ANSWER:
+        raise SystemExit(f"the uncrashed run failed ({run['code']}): {run['stderr'][-2000:]}")
     shutil.rmtree(home, ignore_errors=True)
     return len(records)
 
 
-def trial(seed: int, records: int, workdir: Path, *, moment: int | None = None, keep: bool = False) -> Trial:
+def trial(seed: int, records: int, workdir: Path, server: ForkServer, *, moment: int | None = None,
+          keep: bool = False) -> Trial:
     """Kill `dsh run --json` right after it printed its k-th record (k seeded, 1..records): the
     moment is the random input, read from the process's own output, never from a clock."""
     rng = random.Random(seed)
     t = Trial(seed=seed, moment=rng.randint(1, records) if moment is None else moment)
     home = workdir / f"t{seed}"
-    proc = subprocess.Popen([*_run_args(home), "--json"], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    seen = 0
-    while seen < t.moment and proc.stdout.readline():
-        seen += 1
-    if seen < t.moment:
+    run = server.run([*_run_args(home), "--json"], kill_after=t.moment)
+    if run["timeout"]:
+        raise SystemExit(f"seed {seed}: the run neither exited nor printed within {EXIT_BACKSTOP:g}s")
+    if run["seen"] < t.moment:
         t.outcome = "finished"  # the run ended before its moment: nothing to kill
-    else:
-        proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=EXIT_BACKSTOP)
+    elif run["code"] != -signal.SIGKILL:
+        raise SystemExit(f"seed {seed}: the run was to die of SIGKILL, it exited {run['code']}")
     try:
         root = find_root(home)
         if root is None:
             t.outcome = "no-root"
             return t
-        try:
-            resume = subprocess.run(
-                [*_run_args(home), "--resume", root], env=_env(), capture_output=True, timeout=EXIT_BACKSTOP
-            )
-        except subprocess.TimeoutExpired:  # run() has killed it; keep the home for a post-mortem
+        resume = server.run([*_run_args(home), "--resume", root])
+        if resume["timeout"]:  # the server has killed it; keep the home for a post-mortem
             t.anomalies["resume_failed"] += 1
             keep = True
             kept = Path(tempfile.gettempdir()) / f"killloop-hung-{seed}"
             shutil.copytree(home, kept, dirs_exist_ok=True)
             t.notes.append(f"resume did not exit within {EXIT_BACKSTOP:g}s; home kept at {kept}")
             return t
-        check_resume(t, resume.returncode, resume.stderr.decode(errors="replace"))
+        check_resume(t, resume["code"], resume["stderr"])
         check_logs(t, home, root)
     finally:
         if not keep:
@@ -268,16 +313,44 @@ def final_answer(events: Iterable[dict[str, Any]]) -> str | None:
     return answer
 
 
+class KillLoop:
+    """Fork servers, the measured record count and a work directory, shared by batches of trials."""
+
+    def __init__(self, *, jobs: int = 1, workdir: Path | None = None) -> None:
+        self.jobs = jobs
+        self.own = workdir is None
+        self.base = Path(tempfile.mkdtemp(prefix="dsh-kill-")) if workdir is None else workdir
+        self._servers = fork_servers(jobs)
+
+    def __enter__(self) -> KillLoop:
+        self.pool = self._servers.__enter__()
+        server = self.pool.get()
+        try:
+            self.records = measure(self.base, server)
+        finally:
+            self.pool.put(server)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._servers.__exit__(None, None, None)
+        if self.own:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def _trial(self, seed: int) -> Trial:
+        server = self.pool.get()
+        try:
+            return trial(seed, self.records, self.base, server)
+        finally:
+            self.pool.put(server)
+
+    def trials(self, seeds: Iterable[int]) -> list[Trial]:
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            return list(pool.map(self._trial, seeds))
+
+
 def run_loop(n: int, *, jobs: int = 1, first_seed: int = 0, workdir: Path | None = None) -> list[Trial]:
-    own = workdir is None
-    base = Path(tempfile.mkdtemp(prefix="dsh-kill-")) if workdir is None else workdir
-    try:
-        records = measure(base)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(lambda s: trial(s, records, base), range(first_seed, first_seed + n)))
-    finally:
-        if own:
-            shutil.rmtree(base, ignore_errors=True)
+    with KillLoop(jobs=jobs, workdir=workdir) as loop:
+        return loop.trials(range(first_seed, first_seed + n))
 
 
 def summary(trials: list[Trial]) -> dict[str, Any]:

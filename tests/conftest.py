@@ -21,6 +21,39 @@ from dsh.loader.session import SessionStore, make_header
 from dsh.loader.transcripts import load_transcript
 
 
+# The suite's long poles, longest first (`CI=true pytest --durations=60`). With `--maxschedchunk 1`
+# (pyproject's addopts) xdist hands tests out one at a time as workers free up, so the long ones start
+# first and the short ones fill in behind them; collected in file order, the pytester tests
+# (tests/testing) came last and kept one worker busy alone for about a sixth of the run. The first
+# two tests go to one worker, the next two to the other: the two longest are not both among the
+# first two. Only the order changes; each file keeps its own test order.
+LONG_POLES = (
+    "tests/headless/test_kill.py",
+    "tests/temporal/test_live.py",
+    "tests/subagents/test_stateful.py",
+    "tests/temporal/test_interrupt_retry.py",
+    "tests/temporal/test_failed_child.py",
+    "tests/temporal/test_faults.py",
+    "tests/testing/test_plugin.py",
+    "tests/testing/test_readme_example.py",
+    "tests/temporal/test_temporal_engine.py",
+    "tests/temporal/test_homeless_control.py",
+    "tests/temporal/test_stall.py",
+    "tests/test_replay_properties.py",
+    "tests/cli/test_fuzz_yaml.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONG_POLES)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.path.relative_to(root).as_posix(), len(LONG_POLES))
+
+    items.sort(key=key)  # stable: every other test keeps its collected place
+
+
 @pytest.fixture(autouse=True)
 def _no_network() -> Iterator[respx.MockRouter]:
     """Every test runs with the network mocked and no routes: a stray request fails the test."""

@@ -2,7 +2,8 @@
 follow-ups, each followed by loading every session and one `dsh run --resume <root> --transcript`
 to completion; the invariants are those of `scripts/killloop.py` (its docstring lists them).
 
-The kill moment is the seeded random input (after the k-th NDJSON record the run prints), not a
+Each run is a child forked by a pre-imported fork server (`scripts/forkrun.py`): a real `dsh`
+process and a real SIGKILL, without an interpreter start-up per run. The kill moment is the seeded random input (after the k-th NDJSON record the run prints), not a
 race the test tries to win; every end is detected by process exit. `scripts/killloop.py N` runs the
 same loop for any N and prints the counts.
 """
@@ -19,14 +20,16 @@ import killloop  # noqa: E402
 
 KILLS = 30
 MAX_TRIALS = 45  # seeds whose run ended before its moment are not kills; more seeds make up for them
+JOBS = 2  # trials side by side, each on its own fork server (a run waits on its batch timer part of the time)
 
 
 def test_seeded_kills_then_one_resume_keep_every_crash_invariant(tmp_path: Path) -> None:
-    trials = killloop.run_loop(KILLS, jobs=2, workdir=tmp_path)
-    seed = KILLS
-    while sum(t.outcome != "finished" for t in trials) < KILLS and seed < MAX_TRIALS:
-        trials += killloop.run_loop(1, first_seed=seed, workdir=tmp_path / f"more-{seed}")
-        seed += 1
+    with killloop.KillLoop(jobs=JOBS, workdir=tmp_path) as loop:
+        trials = loop.trials(range(KILLS))
+        seed = KILLS
+        while sum(t.outcome != "finished" for t in trials) < KILLS and seed < MAX_TRIALS:
+            trials += loop.trials([seed])
+            seed += 1
     out = killloop.summary(trials)
     notes = "\n".join(f"seed {t.seed} (record {t.moment}): {n}" for t in trials for n in t.notes)
     assert out["kills"] >= KILLS, out

@@ -67,7 +67,7 @@ def test_scenario(dsh_flow, flow_snapshot):
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     installed = any(ep.value == PLUGIN for ep in entry_points(group="pytest11"))
     plugin = () if installed else ("-p", PLUGIN)  # the entry point loads it under the name `dsh`
-    return pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider", *args)
+    return pytester.runpytest_inprocess(*plugin, "-p", "no:cacheprovider", *args)
 
 
 def test_m113_snapshot_update_is_a_usage_error_in_ci(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

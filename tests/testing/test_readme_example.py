@@ -26,7 +26,7 @@ def block(section: str, language: str) -> str:
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     installed = any(ep.value == PLUGIN for ep in entry_points(group="pytest11"))
     plugin = () if installed else ("-p", PLUGIN)
-    return pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider", *args)
+    return pytester.runpytest_inprocess(*plugin, "-p", "no:cacheprovider", *args)
 
 
 def test_worked_example_prints_what_the_readme_says(dsh_flow: Any, tmp_path: Path) -> None:
