@@ -26,7 +26,7 @@ Invariants, read from the logs after the resume (every one is an anomaly count):
 - `resume_failed`: the resume did not exit 0/1, printed a traceback, or reported a violation other
   than the divergence a kill may cause in a scripted model (`REPLAY_UNCONSUMED`, `REPLAY_PLACEHOLDER`:
   a kill between a spawn's durable tool call and the child's creation leaves that child unborn).
-`scripted_divergence` counts kills between the root's durable `subagent` calls and some child
+`scripted_divergence` counts kills between the root's durable reply asking for `subagent` calls and some child
 taking its prompt (the resume then reports REPLAY_PLACEHOLDER): the script cannot address an unborn
 child, so the final answer is not checked there (every other invariant is). `unmaterialized` (an empty file or a directory without one, left by a kill inside session creation)
 and `claimed_missing` belong to issue 9 items 1–2 (claim/entry durability, atomic creation).
@@ -246,8 +246,16 @@ def check_logs(t: Trial, home: Path, root_id: str) -> None:
 
 
 def spawns_unborn(root_events: list[dict[str, Any]], logs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]) -> bool:
-    """Some `subagent` call of the root was cut off by the kill before its child accepted work."""
+    """Some `subagent` call of the root was cut off by the kill before its child accepted work.
+
+    A call counts from the model's reply that asked for it (`assistant/message`), not only from
+    its `tool/call`: a kill between the reply and the calls' events leaves no `tool/call` at all,
+    and the resume's repair closes each call with an unknown outcome, the same unborn child."""
     calls = {e["data"]["callId"] for e in root_events if e["type"] == "tool/call" and e["data"]["name"] == "subagent"}
+    for e in root_events:
+        if e["type"] == "assistant/message":
+            calls.update(part["id"] for part in e["data"]["message"]["content"]
+                         if part.get("type") == "tool-call" and part.get("name") == "subagent")
     born = set()
     for _header, events in logs.values():
         descriptor = next((e["data"] for e in events if e["type"] == "subagent/descriptor"), None)

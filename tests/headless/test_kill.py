@@ -10,6 +10,8 @@ same loop for any N and prints the counts.
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -37,3 +39,34 @@ def test_seeded_kills_then_one_resume_keep_every_crash_invariant(tmp_path: Path)
     anomalies = out["anomalies"]
     for name in ("unloadable", "claimed_missing", "entered_twice", "notice_count", "final_answer", "resume_failed"):
         assert anomalies[name] == 0, f"{name}: {out}\n{notes}"
+
+
+def test_a_kill_between_the_roots_reply_and_its_spawn_calls_is_a_scripted_divergence(tmp_path: Path) -> None:
+    """A hand-made crash window, the one seeds 43, 104 and 113 hit now and then: the root's reply
+    asking for its `subagent` calls is durable, no `tool/call` of it is. The resume's repair closes
+    each call with an unknown outcome, so no child is ever born and the script's next root reply
+    cannot address one (REPLAY_PLACEHOLDER): the scripted divergence, not a lost final answer."""
+    home = tmp_path / "home"
+    with killloop.fork_servers(1) as pool:
+        server = pool.get()
+        finished = server.run([*killloop._run_args(home), "--json"], capture=True)
+        # Exit 1 is REPLAY_UNCONSUMED: the script keeps spare replies for the resumes (`measure`).
+        assert json.loads(finished["stdout"].splitlines()[-1]).get("output") == killloop.FINAL_ANSWER, finished
+        root = killloop.find_root(home)
+        assert root is not None
+        for directory in (home / "sessions").iterdir():
+            if directory.name != root:
+                shutil.rmtree(directory)
+        log = home / "sessions" / root / "session.jsonl"
+        lines = log.read_bytes().splitlines(keepends=True)
+        reply = next(i for i, line in enumerate(lines) if json.loads(line).get("type") == "assistant/message")
+        log.write_bytes(b"".join(lines[: reply + 1]))
+        resume = server.run([*killloop._run_args(home), "--resume", root], capture=True)
+    t = killloop.Trial(seed=-1, moment=0)
+    killloop.check_resume(t, resume["code"], resume["stderr"])
+    killloop.check_logs(t, home, root)
+    events = [json.loads(line) for line in log.read_bytes().splitlines()[1:]]
+    assert not [e for e in events if e["type"] == "tool/call"]  # the window: the calls' events never landed
+    assert t.placeholder_failed, resume["stderr"]
+    assert t.divergent, t
+    assert sum(t.anomalies.values()) == 0, (t.anomalies, t.notes)
