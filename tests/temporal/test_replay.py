@@ -12,6 +12,7 @@ import temporal_kit  # noqa: F401  (skips without the temporal extra, fails unde
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.workflow import AgentWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -30,12 +31,14 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             # histories recorded before a workflow change still replay (runs started before it)
             "v1-continued-as-new.2.json", "v2-continued-as-new.2.json",
             # a child's turn failing for good with its child resident (test_failed_child_tree.py)
-            "failed-turn-with-child.1.json"} <= names
+            "failed-turn-with-child.1.json",
+            # one page of the stream over the server: the reader workflow (test_server_stream.py)
+            "stream-page.0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_a_committed_history_replays_against_todays_workflow(path: Path) -> None:
     recorded = json.loads(path.read_text())
     history = WorkflowHistory.from_json(recorded["workflowId"], recorded["history"])
-    result = await Replayer(workflows=[AgentWorkflow]).replay_workflow(history)
+    result = await Replayer(workflows=[AgentWorkflow, StreamReader]).replay_workflow(history)
     assert result.replay_failure is None

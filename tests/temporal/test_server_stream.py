@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,11 +25,13 @@ import pytest
 import pytest_asyncio
 from temporal_kit import backstopped, comparable, dev_server, records_of
 from temporalio.client import Client
+from temporalio.worker import Replayer
 from test_temporal_engine import MANUAL, SHIPPED
 
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.projection import TreeProjection, TreeTail
+from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.stream import ServerFeed, StreamMode
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest, RunResult
@@ -41,6 +44,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 STREAMED = [name for name in SHIPPED if name not in MANUAL]
 BACKSTOP = 120.0
 BIG = "z" * (3 * 1024 * 1024)
+READER_HISTORY = Path(__file__).parent / "histories" / "stream-page.0.json"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -132,6 +136,15 @@ async def test_a_forced_server_stream_on_a_shared_home_prints_what_the_home_tail
     tailed, _ = await run_elsewhere(client, plan, tmp_path / "b", tmp_path / "b", stream="home")
     assert comparable(shared) == comparable(tailed)
     assert result.subagents and all(c["numTurns"] == 1 for c in result.subagents)
+    # A page's reader workflow replays; its committed history is test_replay.py's `stream-page.0`
+    # (`DSH_RECORD_HISTORIES=1 pytest -n 0 -k forced_server tests/temporal/test_server_stream.py`).
+    readers = [w.id async for w in client.list_workflows(f"WorkflowId STARTS_WITH '{result.root_session_id}/stream/'")]
+    assert readers
+    history = await client.get_workflow_handle(sorted(readers)[0]).fetch_history()
+    assert (await Replayer(workflows=[StreamReader]).replay_workflow(history)).replay_failure is None
+    if os.environ.get("DSH_RECORD_HISTORIES"):
+        READER_HISTORY.write_text(json.dumps({"workflowId": history.workflow_id, "history": history.to_json_dict()},
+                                             indent=1) + "\n")
 
 
 def write(tmp_path: Path, spec: dict[str, Any]) -> Path:
