@@ -37,6 +37,7 @@ LONG_POLES = (
     "tests/testing/test_plugin.py",
     "tests/testing/test_readme_example.py",
     "tests/temporal/test_temporal_engine.py",
+    "tests/temporal/test_server_stream.py",
     "tests/temporal/test_homeless_control.py",
     "tests/temporal/test_stall.py",
     "tests/test_replay_properties.py",
