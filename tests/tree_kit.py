@@ -85,6 +85,26 @@ class RecordingAgent(Agent):
         return super().send(message, target, wake)
 
 
+def failing_release(broken: set[str]) -> type[Agent]:
+    """The real agent, except that releasing a handle whose id is in `broken` fails after the
+    close: a child's disposal failure, for the teardown and notice rules that must survive it."""
+
+    class FailingRelease(Agent):
+        def _release(self) -> asyncio.Future[None]:
+            closed = super()._release()
+            if self.id not in broken:
+                return closed
+            failure = RuntimeError(f"handle of {self.id} broke")
+
+            async def broke() -> None:
+                await closed
+                raise failure
+
+            return asyncio.ensure_future(broke())
+
+    return FailingRelease
+
+
 # -- holds ---------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Hold:

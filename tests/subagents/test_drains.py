@@ -25,6 +25,7 @@ from tree_kit import (
     calls,
     entered,
     events_of,
+    failing_release,
     fresh_signal,
     hold,
     inserts,
@@ -210,26 +211,13 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     notice says `error` with no output (its earlier answer is withheld)."""
     broken: set[str] = set()
 
-    class BrokenHandle(Agent):
-        def _release(self) -> asyncio.Future[None]:  # the handle's release fails after the close
-            closed = super()._release()
-            if not (self.id in broken):
-                return closed
-            failure = RuntimeError("handle broke")
-
-            async def broke() -> None:
-                await closed
-                raise failure
-
-            return asyncio.ensure_future(broke())
-
     tree = await make_tree(
         {
             "root": {"replies": []},
             "a": {"order": 1, "replies": [text("A_ANSWER")]},
             "b": {"order": 2, "replies": []},
         },
-        agent_class=BrokenHandle,
+        agent_class=failing_release(broken),
     )
     a_gate = hold(tree, "a", turn=2, step=1)
     root = await tree.create_root()
@@ -249,7 +237,7 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
         await reach(drain(tree.manager))
 
     assert caught.value.code == "ACTIVATION_TEARDOWN_FAILED"
-    assert "handle broke" in caught.value.message
+    assert f"handle of {a_id} broke" in caught.value.message
     assert [e["sessionId"] for e in edges.ends] == [a_id, b_id]
     assert a_id not in tree.registry and tree.manager.activations == {}
     a_end = edges.end_of(a_id)[0]
@@ -258,7 +246,7 @@ async def test_drain_with_a_failing_handle_disposal_fails_after_every_branch(mak
     target, notice = notices[a_id]
     assert target == "next-step"  # the root is closing: injected
     assert notice["source"]["stopReason"] == "error"
-    failed = render("T-ERR-TEARDOWN", id=a_id, detail="handle broke")
+    failed = render("T-ERR-TEARDOWN", id=a_id, detail=f"handle of {a_id} broke")
     assert notice["source"]["error"] == {"code": "ACTIVATION_TEARDOWN_FAILED", "message": failed}
     assert notice_texts(notice) == [
         render("T-NOTICE-error-detail", id=a_id, code="ACTIVATION_TEARDOWN_FAILED", message=failed),

@@ -23,6 +23,7 @@ from tree_kit import (
     calls,
     entered,
     events_of,
+    failing_release,
     fresh_signal,
     hold,
     inserts,
@@ -346,22 +347,9 @@ async def test_failing_handle_disposal_after_a_clean_answer_sends_an_error_notic
     logged and the notice says `error` with T-NOTICE-NO-OUTPUT."""
     broken: set[str] = set()
 
-    class BrokenHandle(Agent):
-        def _release(self) -> asyncio.Future[None]:  # the handle's release fails after the close
-            closed = super()._release()
-            if not (self.id in broken):
-                return closed
-            failure = RuntimeError("handle broke")
-
-            async def broke() -> None:
-                await closed
-                raise failure
-
-            return asyncio.ensure_future(broke())
-
     tree = await make_tree(
         {"root": {"replies": [text("NOTED")]}, "child": {"order": 1, "replies": [text("clean answer")]}},
-        agent_class=BrokenHandle,
+        agent_class=failing_release(broken),
     )
     on_agent(tree, "child", lambda agent: broken.add(agent.id))
     root = await tree.create_root()
@@ -373,7 +361,7 @@ async def test_failing_handle_disposal_after_a_clean_answer_sends_an_error_notic
     assert [(e["stopReason"], "output" in e) for e in edges.end_of(child_id)] == [("error", False)]
     [notice] = entered(log(tree, root), "subagent-settled")
     assert notice["source"]["stopReason"] == "error"
-    failed = render("T-ERR-TEARDOWN", id=child_id, detail="handle broke")
+    failed = render("T-ERR-TEARDOWN", id=child_id, detail=f"handle of {child_id} broke")
     assert texts(notice["content"]) == [
         render("T-NOTICE-error-detail", id=child_id, code="ACTIVATION_TEARDOWN_FAILED", message=failed),
         TEXTS["T-NOTICE-NO-OUTPUT"],

@@ -28,6 +28,7 @@ from tree_kit import (
     TreeWatch,
     build,
     calls,
+    failing_release,
     fresh_signal,
     inserts,
     on_agent,
@@ -122,24 +123,6 @@ async def test_a_failure_computing_the_outcome_still_removes_notifies_and_releas
 # -- failing children, aggregated (mutation survivors of the first run) ----------------------------
 
 
-class BrokenHandle(Agent):
-    """The real agent, except that disposing a handle whose id is in `broken` fails afterwards."""
-
-    broken: set[str] = set()
-
-    def _release(self) -> asyncio.Future[None]:  # the handle's release fails after the close
-        closed = super()._release()
-        if not (self.id in self.broken):
-            return closed
-        failure = RuntimeError(f"handle of {self.id} broke")
-
-        async def broke() -> None:
-            await closed
-            raise failure
-
-        return asyncio.ensure_future(broke())
-
-
 @pytest.mark.parametrize("drain", ["selected-children", "the-owner", "scoped"])
 async def test_every_failing_child_is_waited_for_and_named_once_in_the_failure(make_tree, drain):
     """§8.11 steps 5 and 10, §8.12: middle owns i1 and i2, whose handle disposals both fail. Whether
@@ -150,16 +133,12 @@ async def test_every_failing_child_is_waited_for_and_named_once_in_the_failure(m
     notice says `error`; in the scoped drain the closing root still receives it (injected)."""
     broken: set[str] = set()
 
-    class Broken(BrokenHandle):
-        pass
-
-    Broken.broken = broken
     tree = await make_tree({
         "root": {"replies": []},
         "middle": {"order": 1, "replies": [calls(spawn("s1"), spawn("s2")), text("WAITING")]},
         "i1": {"spawnedBy": "s1", "replies": []},
         "i2": {"spawnedBy": "s2", "replies": []},
-    }, agent_class=Broken)
+    }, agent_class=failing_release(broken))
     watch = TreeWatch(tree)
     root = await tree.create_root()
     holds = [watch.hold("i1"), watch.hold("i2")]
