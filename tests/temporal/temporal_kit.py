@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 try:
     import temporalio  # noqa: F401
@@ -64,6 +65,21 @@ async def dev_server(*extra_args: str) -> AsyncIterator[Client]:
         yield env.client
     finally:
         await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client() -> AsyncIterator[Client]:
+    """One dev server for a test module, on the module's loop: a module imports it by name
+    (`from temporal_kit import client`) and marks its tests `loop_scope="module"`."""
+    async with dev_server() as c:
+        yield c
+
+
+def write_transcript(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    """A one-off JSON transcript (`version`, the task "Go." unless `spec` says otherwise)."""
+    path = tmp_path / f"{spec['name']}.json"
+    path.write_text(json.dumps({"version": 1, "task": "Go.", **spec}))
+    return path
 
 
 @dataclass

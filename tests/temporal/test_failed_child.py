@@ -14,13 +14,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporal_kit import dev_server, run_temporal
+from temporal_kit import client, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 
 from dsh.loader.engines import settle, turn, worker
@@ -35,12 +33,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 BACKSTOP = 120.0
 BIG = "x" * (3 * 1024 * 1024)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 def script(tmp_path: Path, child_replies: list[dict[str, Any]], resumed_turn: int) -> Path:

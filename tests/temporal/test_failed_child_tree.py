@@ -15,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 import temporalio
-from temporal_kit import dev_server, run_temporal, settlement_facts
+from temporal_kit import client, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
@@ -40,12 +38,6 @@ BACKSTOP = 120.0
 # c's history of the first test, committed for test_replay.py (FAILED_TURN_PATCH's path): written
 # when this is set, e.g. `DSH_RECORD_HISTORIES=1 pytest -n 0 tests/temporal/test_failed_child_tree.py`.
 HISTORY = Path(__file__).parent / "histories" / "failed-turn-with-child.1.json"
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 def script(tmp_path: Path, *, local: bool) -> Path:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporal_kit import dev_server, run_temporal
+from temporal_kit import client, run_temporal, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 
 from dsh.loader.engines.settle import NOTICE_LIMIT
@@ -28,22 +25,10 @@ BACKSTOP = 120.0
 BIG = "y" * (3 * 1024 * 1024)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
-
-
-def write(tmp_path: Path, spec: dict[str, Any]) -> Path:
-    path = tmp_path / f"{spec['name']}.json"
-    path.write_text(json.dumps({"version": 1, "task": "Go.", **spec}))
-    return path
-
-
 async def test_a_root_output_past_the_payload_limit_is_read_whole_from_the_roots_log(
     client: Client, tmp_path: Path
 ) -> None:
-    path = write(tmp_path, {"name": "big-output", "agents": {"root": {"replies": [{"text": BIG}]}}})
+    path = write_transcript(tmp_path, {"name": "big-output", "agents": {"root": {"replies": [{"text": BIG}]}}})
     run = await asyncio.wait_for(run_temporal(client, plan_flow(path), tmp_path / "home"), BACKSTOP)
     result = run.result
     assert (result.stop_reason, result.violations, result.exit_code) == ("completed", [], 0)
@@ -54,7 +39,7 @@ async def test_a_root_output_past_the_payload_limit_is_read_whole_from_the_roots
 async def test_a_report_past_the_payload_limit_arrives_with_its_size_and_where_to_read_it(
     client: Client, tmp_path: Path
 ) -> None:
-    path = write(tmp_path, {
+    path = write_transcript(tmp_path, {
         "name": "big-report", "overlays": ["quiet-reports"],
         "fences": [{"hold": {"agent": "*children", "until": {"turnEnded": {"agent": "root", "turn": 1}}}}],
         "agents": {

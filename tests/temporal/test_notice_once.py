@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporal_kit import dev_server, run_temporal
+from temporal_kit import client, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 
 from dsh.loader.engines import worker
@@ -35,12 +33,6 @@ BACKSTOP = 120.0
 def notices(home: Path, root: str) -> list[dict[str, Any]]:
     return [m for e in SessionStore(home).read(root).events if e["type"] == "agent/inbox/spliced"
             for m in e["data"].get("inserted") or [] if m["source"]["kind"] == "subagent-settled"]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 async def test_a_notice_signalled_again_to_a_live_parent_is_entered_once(

@@ -9,12 +9,10 @@ import asyncio
 import json
 import stat
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from temporal_kit import backstopped, dev_server
+from temporal_kit import backstopped, client  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_engine import MANUAL, SHIPPED
 
@@ -37,12 +35,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 INJECTED = {"followups-checkpoint-failure", "interrupt-parked-resume"}
 RECORDED = [name for name in SHIPPED if name not in MANUAL | INJECTED]
 BACKSTOP = 120.0
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 async def record(client: Client, plan: FlowPlan, tmp_path: Path, rec: Path) -> tuple[RunResult, Flow]:

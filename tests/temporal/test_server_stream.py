@@ -17,13 +17,11 @@ import asyncio
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from temporal_kit import backstopped, comparable, dev_server, records_of
+from temporal_kit import backstopped, client, comparable, records_of, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from temporalio.worker import Replayer
 from test_temporal_engine import MANUAL, SHIPPED
@@ -45,12 +43,6 @@ STREAMED = [name for name in SHIPPED if name not in MANUAL]
 BACKSTOP = 120.0
 BIG = "z" * (3 * 1024 * 1024)
 READER_HISTORY = Path(__file__).parent / "histories" / "stream-page.0.json"
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 async def run_elsewhere(client: Client, plan: FlowPlan, workers: Path, home: Path, *,
@@ -147,14 +139,8 @@ async def test_a_forced_server_stream_on_a_shared_home_prints_what_the_home_tail
                                              indent=1) + "\n")
 
 
-def write(tmp_path: Path, spec: dict[str, Any]) -> Path:
-    path = tmp_path / f"{spec['name']}.json"
-    path.write_text(json.dumps({"version": 1, "task": "Go.", **spec}))
-    return path
-
-
 async def test_replay_unconsumed_is_checked_on_the_logs_the_server_carried(client: Client, tmp_path: Path) -> None:
-    path = write(tmp_path, {"name": "left-over", "agents": {"root": {"replies": [{"text": "DONE"}, {"text": "NEVER"}]}}})
+    path = write_transcript(tmp_path, {"name": "left-over", "agents": {"root": {"replies": [{"text": "DONE"}, {"text": "NEVER"}]}}})
     home = tmp_path / "client"
     home.mkdir()
     records, result = await run_elsewhere(client, plan_flow(path), tmp_path / "workers", home)
@@ -166,7 +152,7 @@ async def test_replay_unconsumed_is_checked_on_the_logs_the_server_carried(clien
 
 
 async def test_a_root_output_past_the_payload_limit_comes_whole_over_the_server(client: Client, tmp_path: Path) -> None:
-    path = write(tmp_path, {"name": "big-output", "agents": {"root": {"replies": [{"text": BIG}]}}})
+    path = write_transcript(tmp_path, {"name": "big-output", "agents": {"root": {"replies": [{"text": BIG}]}}})
     home = tmp_path / "client"
     home.mkdir()
     records, result = await run_elsewhere(client, plan_flow(path), tmp_path / "workers", home)

@@ -10,14 +10,12 @@ edges in the same order, texts included.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from jsonschema import Draft202012Validator
-from temporal_kit import comparable, dev_server, records_of
+from temporal_kit import client, comparable, records_of  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_engine import MANUAL, SHIPPED
 
@@ -27,12 +25,6 @@ from dsh.loader.testing.runner import plan_flow
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 STREAMED = [name for name in SHIPPED if name not in MANUAL]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 def assert_valid(records: list[dict[str, Any]]) -> None:

@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 import yaml
-from temporal_kit import backstopped, both_engines, dev_server, run_temporal, settlement_facts
+from temporal_kit import backstopped, both_engines, client, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_control import root_turn_completed
 
@@ -39,12 +37,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "transcripts").glob("*.yaml"))
 # A demo for `dsh interrupt` by hand: it parks until someone interrupts it, on either engine.
 MANUAL = {"interrupt-demo"}
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client() -> AsyncIterator[Client]:
-    async with dev_server() as c:
-        yield c
 
 
 def cases() -> list[str]:
