@@ -25,6 +25,12 @@ Decisions where the spec leaves room:
   gets `spawnedBy`, any other `order: k` (k counting those children), mirroring replay binding.
   Requests of a session noted as neither root nor child are left out (and logged).
 - `name` defaults to the file stem, made to fit `[a-z0-9-]+` (the transcript schema).
+- A recorded session id in a reply's content (a `send_message` or `interrupt_agent` argument, a
+  text naming a child) becomes the placeholder of that agent (§15.2): `{{child:<spawnCallId>}}`,
+  else `{{session:<agent key>}}`. The replay mints other ids; before, its calls named sessions
+  that did not exist (an interrupt of one is an accepted no-op, so the child's hang never ended).
+- With the logs, the fences also hold each ancestor's interrupt until its target reached the hang
+  the interrupt ended (`interrupt_fences.py`).
 - Redaction (issue 15 finding 10) touches only the fields that can carry a secret (the task, reply
   text, reasoning, tool-call argument values, error messages, hang text), never the structure
   (ids, tool names, agent keys, `finish`, fences), so the file always loads back and replays. A
@@ -42,7 +48,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -197,9 +203,11 @@ class Recorder:
         if listed:
             doc["overlays"] = listed
         if logs is not None:
+            from dsh.loader.models.interrupt_fences import interrupt_fences
             from dsh.loader.models.schedule import observed_fences
 
-            fences = observed_fences(logs, self.agent_keys())
+            keys = self.agent_keys()
+            fences = observed_fences(logs, keys) + interrupt_fences(logs, keys)
             if fences:
                 doc["fences"] = fences
         if self._root is None:
@@ -221,8 +229,20 @@ class Recorder:
             if session_id not in known:
                 logger.warning("recorder: session %s was never noted; its replies are left out",
                                session_id)
-        doc["agents"] = agents
+        ids = self._placeholders()
+        doc["agents"] = {key: {**script, "replies": [_ids_as_placeholders(r, ids) for r in script["replies"]]}
+                         for key, script in agents.items()}
         return doc
+
+    def _placeholders(self) -> dict[str, str]:
+        """Session id -> the placeholder naming it in the transcript: `{{child:<spawnCallId>}}` for
+        a child bound by its call, else `{{session:<agent key>}}` (§15.2)."""
+        ids = {self._root: "{{session:root}}"} if self._root is not None else {}
+        for n, (session_id, descriptor) in enumerate(self._children, start=1):
+            call_id = descriptor.get("spawnCallId")
+            ids[session_id] = (f"{{{{child:{call_id}}}}}" if isinstance(call_id, str) and call_id
+                               else f"{{{{session:child-{n}}}}}")
+        return ids
 
     def _replies_of(self, session_id: str | None) -> list[dict[str, Any]]:
         if session_id is None:
@@ -291,29 +311,51 @@ def _redact(doc: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
 
 
 def _redact_reply(reply: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
+    return _map_reply(reply, lambda text: _redact_text(text, secrets))
+
+
+def _map_reply(reply: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
+    """`reply` with `fn` applied to every content string: `reasoning`, `text`, tool-call argument
+    values (never a key), `error.message`, `hang.text`; never to structure (ids, names, `finish`)."""
     out = dict(reply)
     for name in ("reasoning", "text"):
         if isinstance(out.get(name), str):
-            out[name] = _redact_text(out[name], secrets)
+            out[name] = fn(out[name])
     if isinstance(out.get("toolCalls"), list):
-        out["toolCalls"] = [{**call, "arguments": _redact_value(call["arguments"], secrets)}
-                            for call in out["toolCalls"]]
+        out["toolCalls"] = [{**call, "arguments": _map_value(call["arguments"], fn)} for call in out["toolCalls"]]
     if isinstance(out.get("error"), dict) and isinstance(out["error"].get("message"), str):
-        out["error"] = {**out["error"], "message": _redact_text(out["error"]["message"], secrets)}
+        out["error"] = {**out["error"], "message": fn(out["error"]["message"])}
     if isinstance(out.get("hang"), dict) and isinstance(out["hang"].get("text"), str):
-        out["hang"] = {"text": _redact_text(out["hang"]["text"], secrets)}
+        out["hang"] = {"text": fn(out["hang"]["text"])}
     return out
 
 
-def _redact_value(value: Any, secrets: list[str]) -> Any:
+def _map_value(value: Any, fn: Callable[[str], str]) -> Any:
     """Tool-call arguments: every string value (never a key) as content."""
     if isinstance(value, str):
-        return _redact_text(value, secrets)
+        return fn(value)
     if isinstance(value, dict):
-        return {k: _redact_value(v, secrets) for k, v in value.items()}
+        return {k: _map_value(v, fn) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact_value(v, secrets) for v in value]
+        return [_map_value(v, fn) for v in value]
     return value
+
+
+def _ids_as_placeholders(reply: dict[str, Any], ids: Mapping[str, str]) -> dict[str, Any]:
+    """Every recorded session id in `reply`'s content as the §15.2 placeholder that names the same
+    agent in the replay (`ids`: session id -> placeholder), longest id first: a model addresses a
+    child by the id its run minted, which the replay's run never mints again."""
+    if not ids:
+        return reply
+    order = sorted(ids, key=len, reverse=True)
+
+    def swap(text: str) -> str:
+        for session_id in order:
+            if session_id in text:
+                text = text.replace(session_id, ids[session_id])
+        return text
+
+    return _map_reply(reply, swap)
 
 
 def _redact_text(text: str, secrets: list[str]) -> str:

@@ -22,7 +22,9 @@ T. Then:
 
 A notice is matched to its epoch by time: the last `turn/end` of X at or before the insert's time.
 An epoch that ended without a step (a failed pre-step checkpoint) gets no sender hold; neither does
-a message whose sender the recording does not know. Those cases are logged, not guessed.
+a message whose sender the recording does not know, nor the notice of an epoch an interrupt ended
+(the interrupt, pinned by `interrupt_fences`, decides when it leaves; the recipient's hold still
+keeps its window). Those cases are logged, not guessed.
 """
 
 from __future__ import annotations
@@ -122,5 +124,13 @@ def _sender_step(events: list[dict[str, Any]], kind: str, at: int, reports_used:
         elif e["type"] == "turn/start":
             last_step = None
         elif e["type"] == "turn/end" and int(e.get("time", 0)) <= at:
-            found = last_step
+            found = None if _interrupted(e) else last_step
     return found
+
+
+def _interrupted(turn_end: dict[str, Any]) -> bool:
+    """Whether an interrupt (an ancestor's or the user's) ended this turn: then its notice left when
+    the interrupt landed, not when a pre-step of the sender passed, and holding that pre-step (which
+    precedes the interrupted request) until the recipient's window would wait on itself."""
+    reason = turn_end["data"].get("reason") or {}
+    return reason.get("kind") == "aborted" and (reason.get("reason") or {}).get("kind") in ("parent", "user")

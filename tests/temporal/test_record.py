@@ -32,7 +32,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 # said. interrupt-parked-resume: the replay of its recording does not finish in 60 s (tried on the
 # local engine's logs too): its worker's hang is ended by the root's interrupt, an order the
 # observed fences (notices and reports only, schedule.py) do not hold; the local Recorder's neither.
-INJECTED = {"followups-checkpoint-failure", "interrupt-parked-resume"}
+INJECTED = {"followups-checkpoint-failure"}
 RECORDED = [name for name in SHIPPED if name not in MANUAL | INJECTED]
 BACKSTOP = 120.0
 

@@ -1,0 +1,117 @@
+"""The observed timing of interrupts in a recorded run, as fences (issue 12 "Not yet" item 4).
+
+A live interrupt lands wherever the network put its target: an ancestor's `interrupt_agent` call
+usually stops a child in the middle of a slow model request, whose partial answer the recording
+writes as a `hang` (recorder.py, engines/recording.py). A replay serves every reply at once, so
+without help the ancestor's call runs before the child reached its hang; the hang then waits for
+an interrupt that has passed and the run never ends. `interrupt_fences` reads the durable logs and
+writes the interrupt's position down as a `hold` fence (SPEC §16), beside
+`schedule.observed_fences`' notice and report order: for each turn of Y that ended `aborted` by an
+ancestor (`reason.kind == "parent"`) inside a model request (its last step logged an `interrupted`
+answer, or none), the `interrupt_agent` call naming Y logged while that turn was open (the last
+such, by log time) is held at its caller's pre-step until Y reached that step and its hang
+(`all: [stepReached {Y, turn, step}, hangReached {Y}]`).
+
+The message that later wakes the parked child needs no fence: one that reaches it while the
+interrupted turn is still converging latches and wakes it at convergence (§6.3), as one that
+arrives after it parked does, so both give the same flow; messages queued before the interrupt are
+ordered by the interrupter's own earlier steps.
+
+Limits, logged and not guessed: `hangReached` is latched per agent, so only an agent's first
+interrupt is pinned exactly; a later one is held only by its `stepReached` part. An interrupt that
+found its target outside a model request (a tool call, a held pre-step) has no hang to wait for and
+gets no fence, nor does a user's interrupt (`dsh interrupt`, `reason.kind == "user"`): no fence may
+cancel a turn (§16), and a replay has no user to do it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["interrupt_fences"]
+
+logger = logging.getLogger(__name__)
+
+
+def interrupt_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Fences reproducing each ancestor interrupt and the message that woke its target."""
+    calls = _interrupt_calls(logs)
+    fences: list[dict[str, Any]] = []
+    for target, events in logs.items():
+        t_key = keys.get(target)
+        if t_key is None:
+            continue
+        for turn, step, opened, ended in _interrupted_turns(events):
+            caller = _last_call_between(calls.get(target, []), opened, ended)
+            if caller is None or keys.get(caller[0]) is None:
+                logger.info("recorder: no interrupt hold for turn %d of %s", turn, target)
+                continue
+            fences.append({"hold": {"agent": keys[caller[0]], "turn": caller[1], "step": caller[2], "until": {
+                "all": [{"stepReached": {"agent": t_key, "turn": turn, "step": step}},
+                        {"hangReached": {"agent": t_key}}]}}})
+    return fences
+
+
+def _interrupt_calls(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[tuple[int, str, int, int]]]:
+    """Target session id -> its `interrupt_agent` calls as (time, caller, turn, step), in time order."""
+    found: dict[str, list[tuple[int, str, int, int]]] = {}
+    for caller, events in logs.items():
+        for e in events:
+            data = e["data"]
+            if e["type"] != "tool/call" or data.get("name") != "interrupt_agent":
+                continue
+            target = _argument(data.get("arguments"), "agent_id")
+            if target is not None:
+                found.setdefault(target, []).append((int(e.get("time", 0)), caller, int(data["turn"]), int(data["step"])))
+    for calls in found.values():
+        calls.sort(key=lambda c: c[0])
+    return found
+
+
+def _interrupted_turns(events: list[dict[str, Any]]) -> list[tuple[int, int, int, int]]:
+    """(turn, step, opened at, ended at) of each turn an ancestor aborted inside a model request."""
+    out: list[tuple[int, int, int, int]] = []
+    opened = step = 0
+    in_request = False
+    for e in events:
+        kind, data = e["type"], e["data"]
+        if kind == "turn/start":
+            opened, step, in_request = int(e.get("time", 0)), 0, False
+        elif kind == "step/start":
+            step, in_request = int(data["step"]), False
+        elif kind == "llm/request":
+            in_request = True
+        elif kind == "assistant/message":
+            in_request = bool(data.get("interrupted"))
+        elif kind in ("tool/call", "tool/result"):
+            in_request = False
+        elif kind == "turn/end":
+            reason = data.get("reason") or {}
+            cause = reason.get("reason") or {}
+            if reason.get("kind") == "aborted" and cause.get("kind") == "parent":
+                if in_request and step:
+                    out.append((int(data["turn"]), step, opened, int(e.get("time", 0))))
+                else:
+                    logger.info("recorder: turn %s was interrupted outside a model request", data.get("turn"))
+    return out
+
+
+def _last_call_between(calls: list[tuple[int, str, int, int]], opened: int, ended: int) -> tuple[str, int, int] | None:
+    found = None
+    for at, caller, turn, step in calls:
+        if opened <= at <= ended:
+            found = (caller, turn, step)
+    return found
+
+
+def _argument(raw: Any, name: str) -> str | None:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    value = raw.get(name) if isinstance(raw, dict) else None
+    return value if isinstance(value, str) else None
