@@ -7,14 +7,17 @@ the recorded run and writes that order down as `hold` fences (SPEC §16), so the
 notice and report in the same turn and step, and inserts it in the same state of its recipient, as
 the live run did.
 
-For each message of kind `subagent-settled` or `subagent-report` inserted into a recipient R, the
+For each message of kind `subagent-settled`, `subagent-report` or `coordinator` (a parent's
+`send_message`: whether it reached a child during its turn decides whether that epoch goes on or
+settles, so it is ordered as a notice is) inserted into a recipient R, the
 *window* is R's state at the insert, read from R's log: inside step (T, S) (the last `step/start`
 before the insert, or step 1 of a turn opened with no step yet; after `step/end` S, before step
 S + 1, whose pre-step takes the message: a replayed run's notices land there), or idle after turn
 T. Then:
 
-- the sender X holds the pre-step that produces the message (the step of its `report` call; for a
-  notice, the last step X started before the epoch's `turn/end`) until R is in the window
+- the sender X holds the pre-step that produces the message (the step of its `report` call, or of
+  the `send_message` whose result names the message's id; for a notice, the last step X started
+  before the epoch's `turn/end`) until R is in the window
   (`stepReached {R, T, S}` or `turnEnded {R, T}`) and every earlier such message to R has been
   inserted (`inboxAccepted` per kind), so messages to one recipient arrive in the recorded order;
 - for an in-step window, R holds that pre-step until the message is inserted, so R cannot leave
@@ -29,6 +32,7 @@ keeps its window). Those cases are logged, not guessed.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -37,16 +41,12 @@ __all__ = ["observed_fences"]
 
 logger = logging.getLogger(__name__)
 
-_KINDS = ("subagent-settled", "subagent-report")
+# The kinds whose order is read; a `coordinator` message is a parent's `send_message` (a relay).
+_KINDS = ("subagent-settled", "subagent-report", "coordinator")
 
 
-def _counts(settled: int, reports: int, agent: str) -> list[dict[str, Any]]:
-    out = []
-    if settled:
-        out.append({"inboxAccepted": {"agent": agent, "kind": "subagent-settled", "count": settled}})
-    if reports:
-        out.append({"inboxAccepted": {"agent": agent, "kind": "subagent-report", "count": reports}})
-    return out
+def _counts(seen: Mapping[str, int], agent: str) -> list[dict[str, Any]]:
+    return [{"inboxAccepted": {"agent": agent, "kind": kind, "count": seen[kind]}} for kind in _KINDS if seen[kind]]
 
 
 def _until(conds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
             continue
         turn = step = 0
         open_turn = False
-        seen = {"subagent-settled": 0, "subagent-report": 0}
+        seen = dict.fromkeys(_KINDS, 0)
         for event in events:
             kind_of_event = event["type"]
             if kind_of_event == "turn/start":
@@ -80,25 +80,25 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
                     kind = source.get("kind")
                     if kind not in _KINDS:
                         continue
-                    before = (seen["subagent-settled"], seen["subagent-report"])
+                    before = dict(seen)
                     seen[kind] += 1
-                    after = (seen["subagent-settled"], seen["subagent-report"])
+                    after = dict(seen)
                     if open_turn:
                         window: dict[str, Any] = {"stepReached": {"agent": r_key, "turn": turn, "step": max(step, 1)}}
                         fences.append({"hold": {"agent": r_key, "turn": turn, "step": max(step, 1),
-                                                "until": _until(_counts(*after, r_key))}})
+                                                "until": _until(_counts(after, r_key))}})
                     elif turn:
                         window = {"turnEnded": {"agent": r_key, "turn": turn}}
                     else:
                         window = {}
                     sender = source.get("senderSessionId")
                     where = _sender_step(logs.get(sender, []), kind, int(event.get("time", 0)),
-                                         reports_used, sender)
+                                         reports_used, sender, str(message.get("id", "")))
                     s_key = keys.get(sender) if isinstance(sender, str) else None
                     if where is None or s_key is None:
                         logger.info("recorder: no sender hold for a %s from %s to %s", kind, sender, recipient)
                         continue
-                    conds = ([window] if window else []) + _counts(*before, r_key)
+                    conds = ([window] if window else []) + _counts(before, r_key)
                     if conds:
                         fences.append({"hold": {"agent": s_key, "turn": where[0], "step": where[1],
                                                 "until": _until(conds)}})
@@ -106,10 +106,13 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
 
 
 def _sender_step(events: list[dict[str, Any]], kind: str, at: int, reports_used: dict[str, int],
-                 sender: Any) -> tuple[int, int] | None:
+                 sender: Any, message_id: str) -> tuple[int, int] | None:
     """The (turn, step) of the sender's pre-step that produced this message."""
     if not isinstance(sender, str):
         return None
+    if kind == "coordinator":  # the `send_message` whose result names the message id (T-SEND)
+        return next(((int(e["data"]["turn"]), int(e["data"]["step"])) for e in events if e["type"] == "tool/result"
+                     and message_id and message_id in json.dumps(e["data"].get("message", {}))), None)
     if kind == "subagent-report":
         calls = [(int(e["data"]["turn"]), int(e["data"]["step"])) for e in events
                  if e["type"] == "tool/call" and e["data"].get("name") == "report"]
