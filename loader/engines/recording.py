@@ -9,7 +9,8 @@ stream.py): per session, one reply per `llm/request` event, in log order (the re
 - an `interrupted` message (an abort kept the partial answer) or no answer before the next request
   or the turn's end → `hang`, with the partial text;
 - a turn that ended `error` with no answer → `error: {code, message, status?}` (the provider's
-  failure: §13.2 logs it only as the turn's end).
+  failure: §13.2 logs it only as the turn's end), with the `text` its stream had sent when the
+  turn activity noted one (`engine/failed-text`, failed_text.py), as the Recorder writes it.
 Children are keyed `child-<n>` in creation order (header `createdAt`, then id), as `note_child`
 orders them, and the observed settlement order becomes fences (`Recorder.write(logs=...)`). The
 file is written by `Recorder.write` (same YAML, same redaction, mode 0600). No key reaches it: the
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dsh.loader.engines.failed_text import FAILED_TEXT_EVENT
 from dsh.loader.models import Recorder
 from dsh.loader.models.protocol import ModelProvider
 from dsh.loader.session import ReadResult
@@ -33,12 +35,15 @@ def replies_from_log(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One session's replies, one per model request its log shows."""
     replies: list[dict[str, Any]] = []
     open_request = False
+    failed_text = ""
     for event in events:
         kind, data = event["type"], event["data"]
         if kind == "llm/request":
             if open_request:
                 replies.append({"hang": {}})
-            open_request = True
+            open_request, failed_text = True, ""
+        elif kind == FAILED_TEXT_EVENT and open_request:
+            failed_text = str(data.get("text") or "")
         elif kind == "assistant/message" and open_request:
             open_request = False
             replies.append(_hang(data) if data.get("interrupted") else _message(data))
@@ -47,7 +52,8 @@ def replies_from_log(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             reason = data.get("reason") or {}
             error = reason.get("error") if reason.get("kind") == "error" else None
             if isinstance(error, dict):
-                replies.append({"error": {k: error[k] for k in ("code", "message", "status") if k in error}})
+                replies.append({**({"text": failed_text} if failed_text else {}),
+                                "error": {k: error[k] for k in ("code", "message", "status") if k in error}})
             else:
                 replies.append({"hang": {}})
     if open_request:

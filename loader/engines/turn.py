@@ -39,6 +39,7 @@ from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
+from dsh.loader.engines.failed_text import KeepFailedText
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_notice
 from dsh.loader.engines.wire import (
@@ -248,7 +249,9 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     if replay is not None and replay.transcript.spec.fences and run.fences_allowed:
         fences = Fences(list(replay.transcript.spec.fences), tree=tree, replay=replay, timeout=run.fence_timeout)
         fences.install()
-    tree.agent_hooks.append(lambda agent: setattr(agent, "provider", _Heartbeating(agent.provider, link.heartbeat)))
+    # Heartbeat per chunk; and a failed request's streamed text into the log, for `--record`.
+    tree.agent_hooks.append(lambda agent: setattr(
+        agent, "provider", _Heartbeating(KeepFailedText(agent.provider, agent.session), link.heartbeat)))
     try:
         agent = await _open_agent(tree, replay, who)
     except BaseException:
