@@ -30,7 +30,7 @@ Decisions where the spec leaves room:
   else `{{session:<agent key>}}`. The replay mints other ids; before, its calls named sessions
   that did not exist (an interrupt of one is an accepted no-op, so the child's hang never ended).
 - With the logs, the fences also hold each ancestor's interrupt until its target reached the hang
-  the interrupt ended (`interrupt_fences.py`).
+  the interrupt ended, and fail each checkpoint that failed (`stop_fences.py`).
 - Redaction (issue 15 finding 10) touches only the fields that can carry a secret (the task, reply
   text, reasoning, tool-call argument values, error messages, hang text), never the structure
   (ids, tool names, agent keys, `finish`, fences), so the file always loads back and replays. A
@@ -203,11 +203,11 @@ class Recorder:
         if listed:
             doc["overlays"] = listed
         if logs is not None:
-            from dsh.loader.models.interrupt_fences import interrupt_fences
             from dsh.loader.models.schedule import observed_fences
+            from dsh.loader.models.stop_fences import stop_fences
 
             keys = self.agent_keys()
-            fences = observed_fences(logs, keys) + interrupt_fences(logs, keys)
+            fences = observed_fences(logs, keys) + stop_fences(logs, keys)
             if fences:
                 doc["fences"] = fences
         if self._root is None:

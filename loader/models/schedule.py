@@ -26,7 +26,7 @@ T. Then:
 A notice is matched to its epoch by time: the last `turn/end` of X at or before the insert's time.
 An epoch that ended without a step (a failed pre-step checkpoint) gets no sender hold; neither does
 a message whose sender the recording does not know, nor the notice of an epoch an interrupt ended
-(the interrupt, pinned by `interrupt_fences`, decides when it leaves; the recipient's hold still
+(the interrupt, pinned by `stop_fences.interrupt_fences`, decides when it leaves; the recipient's hold still
 keeps its window). Those cases are logged, not guessed.
 """
 

@@ -28,12 +28,9 @@ from dsh.loader.transcripts import load_transcript
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# Not these two. followups-checkpoint-failure: its fence injects a failed checkpoint, which no model
-# said. interrupt-parked-resume: the replay of its recording does not finish in 60 s (tried on the
-# local engine's logs too): its worker's hang is ended by the root's interrupt, an order the
-# observed fences (notices and reports only, schedule.py) do not hold; the local Recorder's neither.
-INJECTED = {"followups-checkpoint-failure"}
-RECORDED = [name for name in SHIPPED if name not in MANUAL | INJECTED]
+# Every shipped transcript records: interrupts and failed checkpoints become fences
+# (loader/models/stop_fences.py), a parent's send_message is ordered as notices are (schedule.py).
+RECORDED = [name for name in SHIPPED if name not in MANUAL]
 BACKSTOP = 120.0
 
 

@@ -1,4 +1,5 @@
-"""Recordings of interrupted runs replay (issue 12 "Not yet" item 4; SPEC §15.5, §16).
+"""Recordings of runs whose turns end by no model's word replay (issue 12 "Not yet" item 4; SPEC
+§15.5, §16): interrupts and failed checkpoints (loader/models/stop_fences.py).
 
 The shipped transcript is served by its `ReplayProvider` (its fences and hangs stay the replay's)
 and recorded by the real `Recorder`, every request going through `Recorder.stream` as a live
@@ -11,7 +12,10 @@ What each test pins:
 - interrupt-late-hang: the worker hangs in its third step, after the root's interrupt would have
   run in the replay; the recording's interrupt fence holds the root's step until the hang;
 - interrupt-notice: the interrupted epoch's notice gets no sender hold (it would hold the worker's
-  pre-step before the hang the interrupt waits for: the replay deadlocked).
+  pre-step before the hang the interrupt waits for: the replay deadlocked);
+- followups-checkpoint-failure: the worker's third turn failed its pre-step checkpoint, which no
+  reply records; the recording fails the same checkpoint (`failCheckpoint`), so THIRD is claimed
+  and never run, as recorded (before, the replay ran it: REPLAY_SCRIPT_EXHAUSTED).
 """
 
 from __future__ import annotations
@@ -122,3 +126,11 @@ async def test_an_interrupted_epochs_notice_gets_no_sender_hold(tmp_path: Path) 
     shipped = await arun_flow(REPLAY / "interrupt-notice.yaml", home=tmp_path / "shipped")
     assert _without_insert_points(replayed) == _without_insert_points(shipped)
     assert not [f for f in doc["fences"] if f["hold"]["agent"] == "child-1" and f["hold"].get("turn") == 1]
+
+
+async def test_a_recorded_checkpoint_failure_fails_the_same_checkpoint_in_the_replay(tmp_path: Path) -> None:
+    rec, doc = await record("followups-checkpoint-failure", tmp_path)
+    replayed = await arun_flow(rec, home=tmp_path / "replay", timeout=BACKSTOP)
+    assert replayed == await arun_flow("followups-checkpoint-failure", home=tmp_path / "shipped")
+    assert [f for f in doc["fences"] if "failCheckpoint" in f] == [{"failCheckpoint": {
+        "agent": "child-1", "turn": 3, "step": 1, "message": "simulated checkpoint failure"}}]

@@ -1,6 +1,9 @@
-"""The observed timing of interrupts in a recorded run, as fences (issue 12 "Not yet" item 4).
+"""Turn ends no model said, in a recorded run, as fences (issue 12 "Not yet" item 4).
 
-A live interrupt lands wherever the network put its target: an ancestor's `interrupt_agent` call
+Two things end a turn from outside the model: an interrupt and a failed checkpoint. A replay
+must meet each at the same point, and only a fence can put it there (SPEC §16).
+
+**Interrupts.** A live interrupt lands wherever the network put its target: an ancestor's `interrupt_agent` call
 usually stops a child in the middle of a slow model request, whose partial answer the recording
 writes as a `hang` (recorder.py, engines/recording.py). A replay serves every reply at once, so
 without help the ancestor's call runs before the child reached its hang; the hang then waits for
@@ -22,6 +25,12 @@ interrupt is pinned exactly; a later one is held only by its `stepReached` part.
 found its target outside a model request (a tool call, a held pre-step) has no hang to wait for and
 gets no fence, nor does a user's interrupt (`dsh interrupt`, `reason.kind == "user"`): no fence may
 cancel a turn (§16), and a replay has no user to do it.
+
+**Failed checkpoints.** A turn that ended `error` with code CHECKPOINT_FAILED (the pre-step
+checkpoint could not be flushed: a disk fault live, a `failCheckpoint` fence in a test) asked the
+model nothing, so no reply records it; `failCheckpoint {agent, turn, step, message}` at the step
+whose pre-step failed (one past the turn's last `step/start`) makes the replay fail there with the
+same message. The fence fails the real checkpoint after flushing it (§16.2), as the fault did.
 """
 
 from __future__ import annotations
@@ -31,9 +40,35 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["interrupt_fences"]
+__all__ = ["checkpoint_fences", "interrupt_fences", "stop_fences"]
 
 logger = logging.getLogger(__name__)
+
+
+def stop_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Both kinds, interrupts first; `keys` maps session id -> transcript agent key."""
+    return interrupt_fences(logs, keys) + checkpoint_fences(logs, keys)
+
+
+def checkpoint_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A `failCheckpoint` per turn that ended CHECKPOINT_FAILED."""
+    fences: list[dict[str, Any]] = []
+    for session_id, events in logs.items():
+        key = keys.get(session_id)
+        step = 0
+        for e in events:
+            kind, data = e["type"], e["data"]
+            if kind == "turn/start":
+                step = 0
+            elif kind == "step/start":
+                step = int(data["step"])
+            elif kind == "turn/end" and key is not None:
+                reason = data.get("reason") or {}
+                error = reason.get("error") or {}
+                if reason.get("kind") == "error" and error.get("code") == "CHECKPOINT_FAILED":
+                    fences.append({"failCheckpoint": {"agent": key, "turn": int(data["turn"]), "step": step + 1,
+                                                      "message": str(error.get("message", ""))}})
+    return fences
 
 
 def interrupt_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
