@@ -126,7 +126,10 @@ def _interrupted_turns(events: list[dict[str, Any]]) -> list[tuple[int, int, int
         elif kind == "turn/end":
             reason = data.get("reason") or {}
             cause = reason.get("reason") or {}
-            if reason.get("kind") == "aborted" and cause.get("kind") == "parent":
+            if reason.get("kind") == "aborted" and cause.get("kind") == "user":
+                logger.warning("recorder: turn %s was interrupted by the user; its replay waits at that hang "
+                               "(no fence can interrupt)", data.get("turn"))
+            elif reason.get("kind") == "aborted" and cause.get("kind") == "parent":
                 if in_request and step:
                     out.append((int(data["turn"]), step, opened, int(e.get("time", 0))))
                 else:
