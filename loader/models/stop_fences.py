@@ -55,6 +55,8 @@ def checkpoint_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[st
     fences: list[dict[str, Any]] = []
     for session_id, events in logs.items():
         key = keys.get(session_id)
+        if key is None:
+            continue
         step = 0
         for e in events:
             kind, data = e["type"], e["data"]
@@ -62,7 +64,7 @@ def checkpoint_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[st
                 step = 0
             elif kind == "step/start":
                 step = int(data["step"])
-            elif kind == "turn/end" and key is not None:
+            elif kind == "turn/end":
                 reason = data.get("reason") or {}
                 error = reason.get("error") or {}
                 if reason.get("kind") == "error" and error.get("code") == "CHECKPOINT_FAILED":
@@ -72,7 +74,7 @@ def checkpoint_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[st
 
 
 def interrupt_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Fences reproducing each ancestor interrupt and the message that woke its target."""
+    """A hold per ancestor interrupt that stopped its target inside a model request."""
     calls = _interrupt_calls(logs)
     fences: list[dict[str, Any]] = []
     for target, events in logs.items():
