@@ -28,7 +28,7 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.wire import (
-    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
+    Carried, ChildRef, ChildState, Delivery, FailedRun, Leftovers, TreeInput, TreeResult, child_workflow_id,
 )
 
 __all__ = ["Residents"]
@@ -175,6 +175,7 @@ WORKFLOW_TYPE = "dsh.agent"
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
 SETTLE_ACTIVITY = "dsh.settle_failed"
 SETTLE_TIMEOUT = timedelta(seconds=30)
+LEFTOVERS_ACTIVITY = "dsh.enter_leftovers"
 # A cold resume of a child whose last run signalled its notice but has not closed yet waits this
 # long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
 RESTART_WAIT = timedelta(milliseconds=200)
@@ -186,6 +187,12 @@ async def settle_failed(failed: FailedRun) -> TreeResult:
     result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
                                                          start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
     return result
+
+
+async def enter_leftovers(leftovers: Leftovers) -> None:
+    """Activity `dsh.enter_leftovers` (settle.py): a failing root's unread deliveries, into its log."""
+    await workflow.execute_activity(LEFTOVERS_ACTIVITY, leftovers, result_type=int,
+                                    start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
 
 
 def chain(exc: BaseException | None) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "TURN_TIMEOUT",
     "Delivery",
     "FailedRun",
+    "Leftovers",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -249,6 +250,18 @@ class FailedRun:
     child_id: str
     epoch: int | None
     failure: str
+
+
+@dataclass
+class Leftovers:
+    """A root whose run fails with deliveries it never read (its drained children's notices, what
+    its failed turn was handed): activity `dsh.enter_leftovers` enters them into its log as
+    injects, as a closing local root's inbox takes a notice (SPEC §9.2 step 4), so nothing
+    accepted is lost."""
+
+    home: str
+    session_id: str
+    messages: list[dict[str, Any]]
 
 
 @dataclass

@@ -30,7 +30,7 @@ from dsh.loader.config import ModelConfig
 from dsh.loader.engines.pages import Page, PageAsk
 from dsh.loader.engines.projection import has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
-from dsh.loader.engines.settle import settle_failed
+from dsh.loader.engines.settle import enter_leftovers, settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
     Answer,
@@ -38,6 +38,7 @@ from dsh.loader.engines.wire import (
     Charged,
     Delivery,
     FailedRun,
+    Leftovers,
     Interrupt,
     MessageChild,
     Poll,
@@ -312,6 +313,11 @@ class TurnActivities:
         """A child's failed run, settled from its log (settle.py)."""
         return await settle_failed(dataclasses.replace(failed, home=self._at_home(failed.home)))
 
+    @activity.defn(name="dsh.enter_leftovers")
+    async def enter_leftovers(self, leftovers: Leftovers) -> int:
+        """A failing root's unread deliveries, entered into its log as injects (settle.py)."""
+        return await enter_leftovers(dataclasses.replace(leftovers, home=self._at_home(leftovers.home)))
+
     @activity.defn(name="dsh.stream_page")
     async def stream_page(self, ask: PageAsk) -> Page:
         """A page of a tree's logs for a client without this home (stream.py): read from the
@@ -360,7 +366,8 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow, StreamReader],
-        activities=[activities.turn, activities.resume_check, activities.settle_failed, activities.stream_page],
+        activities=[activities.turn, activities.resume_check, activities.settle_failed,
+                    activities.enter_leftovers, activities.stream_page],
         max_concurrent_activities=max_concurrent_activities,
     )
 

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         Delivery,
         FailedRun,
         Interrupt,
+        Leftovers,
         InterruptAt,
         MessageChild,
         Poll,
@@ -54,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
-    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
+    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, enter_leftovers, settle_failed
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
@@ -71,6 +72,11 @@ HANDOVER_PATCH = "continue-with-children"
 # that ends `error`, and its children's notices wake its next turn. Before it, the run failed and
 # its children lived on, their notices sent to a workflow id with no running run.
 FAILED_TURN_PATCH = "failed-turn-keeps-children"
+# The patch that drains a root whose turn failed for good with children resident (issue 12 "Not
+# yet" item 0): each resident child is released (disposed child-first, cancel {kind: parent}) and
+# its notice enters the root's log as an inject, then the run fails. Before it, the run failed at
+# once and its children (started ABANDON) lived on, their notices lost.
+ROOT_DRAIN_PATCH = "failed-root-drains"
 
 
 @workflow.defn(name="dsh.agent")
@@ -96,6 +102,8 @@ class AgentWorkflow:
         try:
             return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
+            if input.parent_id is None and self._residents and workflow.patched(ROOT_DRAIN_PATCH):
+                await self._drain()
             if input.parent_id is None or not self._s.anywhere:
                 raise
             # The run fails (a turn failed for good, a result over the payload limit): the parent's
@@ -143,6 +151,19 @@ class AgentWorkflow:
         if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
+
+    async def _drain(self) -> None:
+        """A root whose turn failed for good: the local engine's end of a run with children
+        resident (SPEC §8.12 `drain_descendants`): every resident child is released, child-first,
+        and settles; its notice enters as an inject (§9.2 step 4). What the root never read (those
+        notices, what the failed turn was handed) enters its log, unread, so nothing accepted is lost."""
+        self._release()
+        await workflow.wait_condition(lambda: not self._residents)
+        who = self._input
+        unread = [d.message for d in self._queue.pending()]
+        await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread))
+        self._s.closing = True  # releases the board's long-polls of turns that have ended
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _tell_parent(self, result: TreeResult) -> None:
         """The notice to the parent's current run (it may have continued as new since it started
