@@ -18,6 +18,7 @@ patch marker) in the same order on replay (tests/temporal/test_replay.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
@@ -77,6 +78,11 @@ FAILED_TURN_PATCH = "failed-turn-keeps-children"
 # its notice enters the root's log as an inject, then the run fails. Before it, the run failed at
 # once and its children (started ABANDON) lived on, their notices lost.
 ROOT_DRAIN_PATCH = "failed-root-drains"
+# The patch that lets a child's run cancelled by hand (`temporal workflow cancel`) dispose itself as
+# its parent's drain would (release: children first, cancel {kind: parent}, the epoch's notice to
+# its parent), its running turn shielded so the cancel reaches it through its poll. Before it, the
+# run ended cancelled, its children lived on and its parent heard an `error` from no log.
+CANCEL_PATCH = "cancelled-child-disposes"
 
 
 @workflow.defn(name="dsh.agent")
@@ -100,7 +106,13 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         try:
-            return await self._run(input)
+            try:
+                return await self._run(input)
+            except asyncio.CancelledError:
+                if input.parent_id is None or not workflow.patched(CANCEL_PATCH):
+                    raise
+                self.release()  # a cancel by hand: this child's disposal, children first (README "Failed child runs")
+                return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
             if input.parent_id is None and self._residents and workflow.patched(ROOT_DRAIN_PATCH):
                 await self._drain()
@@ -196,7 +208,7 @@ class AgentWorkflow:
         self._s.turn_seq = self._s.ended
         self._s.running = True
         try:
-            last: TurnResult = await workflow.execute_activity(
+            turn = workflow.execute_activity(
                 TURN_ACTIVITY,
                 TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
                           parked=list(self._s.parked), children=list(self._residents.started), release=release),
@@ -205,6 +217,10 @@ class AgentWorkflow:
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
             )
+            if self._input.parent_id is not None and workflow.patched(CANCEL_PATCH):
+                last = await self._shielded(turn)
+            else:
+                last = await turn
         except ActivityError as exc:
             self._s.running = False
             if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
@@ -219,6 +235,17 @@ class AgentWorkflow:
         self._s.engage(last.fences_engaged)
         self._s.key = last.agent_key or self._s.key
         return last
+
+    async def _shielded(self, turn: Awaitable[TurnResult]) -> TurnResult:
+        """The turn, shielded from a cancel by hand: the cancel is this child's disposal, so the
+        running turn hears it as its parent's (`release`: the interrupt {kind: parent} through its
+        poll) and ends in its log; the activity is never cut off mid-write."""
+        task = asyncio.ensure_future(turn)
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                self.release()
 
     async def _failed_turn(self, exc: ActivityError) -> TurnResult:
         """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
