@@ -31,7 +31,7 @@ from dsh.loader.engines.wire import (
     Carried, ChildRef, ChildState, Delivery, FailedRun, Leftovers, TreeInput, TreeResult, child_workflow_id,
 )
 
-__all__ = ["Residents"]
+__all__ = ["ORPHANS_PATCH", "Residents"]
 
 
 class Residents:
@@ -143,6 +143,15 @@ class Residents:
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
             failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=chain(exc))
             result = await settle_failed(failed)
+            if result.spawned and workflow.patched(ORPHANS_PATCH):
+                # A run terminated by hand drained none of its children: release each that its
+                # log names (a closed one ignores it); each notice enters that child's log.
+                targets = [child_workflow_id(self._input.run.root_id, orphan) for orphan in result.spawned]
+                for target in targets:
+                    await self._release(target)
+                # The child stays resident until they closed (their notices are in its log then).
+                await workflow.execute_activity(CLOSED_ACTIVITY, targets, start_to_close_timeout=TURN_TIMEOUT,
+                                                heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=TURN_RETRY)
         await on_result(child_id, result)
 
     async def deliver(self, child_id: str, delivery: Delivery) -> bool:
@@ -170,12 +179,19 @@ class Residents:
 
 
 WORKFLOW_TYPE = "dsh.agent"
+# The patch under which a failed child's children that its log names are released by the parent
+# that settles it, and a child whose parent has no running run enters its notice into the
+# parent's log (issue 12 "Not yet" item 0: a run terminated by hand drained none).
+ORPHANS_PATCH = "failed-run-releases-orphans"
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
 TURN_RETRY = RetryPolicy(maximum_attempts=5)
 SETTLE_ACTIVITY = "dsh.settle_failed"
 SETTLE_TIMEOUT = timedelta(seconds=30)
 LEFTOVERS_ACTIVITY = "dsh.enter_leftovers"
+CLOSED_ACTIVITY = "dsh.await_closed"
+CLOSED_HEARTBEAT = timedelta(seconds=30)
+TURN_TIMEOUT = timedelta(hours=1)
 # A cold resume of a child whose last run signalled its notice but has not closed yet waits this
 # long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
 RESTART_WAIT = timedelta(milliseconds=200)

@@ -80,8 +80,10 @@ async def settle_failed(failed: FailedRun) -> TreeResult:
     """The `dsh.settle_failed` activity's body: the failed epoch's `error` notice, from its log."""
     detail = teardown_detail(FAILED_CODE, render("T-ENGINE-RUN-FAILED", id=failed.child_id, detail=failed.failure))
     stop_reason, output = "error", None
+    spawned: list[str] = []
     try:
         events = await _close_with_error(Path(failed.home), failed, detail)
+        spawned = children_named(events)
         suffix = events[max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0):]
         stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
         output = final_output(suffix)
@@ -89,7 +91,26 @@ async def settle_failed(failed: FailedRun) -> TreeResult:
     except Exception as exc:  # the log is unreadable or busy: the failure alone still settles it
         logger.warning("settling the failed run of %s without its log: %s", failed.child_id, error_chain(exc))
     notice = bounded_notice(failed.child_id, stop_reason, output, epoch=failed.epoch, detail=detail, limit=NOTICE_LIMIT)
-    return TreeResult(session_id=failed.child_id, stop_reason=stop_reason, notice=dict(notice), epoch=failed.epoch)
+    return TreeResult(session_id=failed.child_id, stop_reason=stop_reason, notice=dict(notice), epoch=failed.epoch,
+                      spawned=spawned)
+
+
+def children_named(events: list[dict[str, Any]]) -> list[str]:
+    """The children a log started (`subagent`'s result value) or messaged (`send_message`'s
+    target), in first-seen order: those a run that ended without draining may leave resident."""
+    found: dict[str, None] = {}
+    for e in events:
+        data = e["data"]
+        if e["type"] == "tool/result" and (data.get("value") or {}).get("kind") == "continuable":
+            found[str(data["value"]["sessionId"])] = None
+        elif e["type"] == "tool/call" and data.get("name") == "send_message":
+            try:
+                target = json.loads(data.get("arguments") or "{}").get("agent_id")
+            except (ValueError, AttributeError):
+                target = None
+            if isinstance(target, str):
+                found[target] = None
+    return list(found)
 
 
 async def enter_leftovers(leftovers: Leftovers) -> int:

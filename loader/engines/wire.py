@@ -350,3 +350,6 @@ class TreeResult:
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
     budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree
     output_in_log: bool = False  # the root: `output` is not carried (over NOTICE_LIMIT), its log has it
+    # dsh.settle_failed: the children the failed run's log started or messaged (any may still be
+    # resident: a run terminated by hand drains none), released by the parent that settles it.
+    spawned: list[str] = field(default_factory=list)

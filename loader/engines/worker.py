@@ -318,6 +318,19 @@ class TurnActivities:
         """A failing root's unread deliveries, entered into its log as injects (settle.py)."""
         return await enter_leftovers(dataclasses.replace(leftovers, home=self._at_home(leftovers.home)))
 
+    @activity.defn(name="dsh.await_closed")
+    async def await_closed(self, workflow_ids: list[str]) -> None:
+        """Wait until each workflow's current run has closed (a failed child's released children),
+        heartbeating: the parent holding it stays until their notices are in that child's log."""
+        for workflow_id in workflow_ids:
+            handle = self.client.get_workflow_handle(workflow_id)
+            waiting = asyncio.ensure_future(handle.result())
+            while not waiting.done():
+                activity.heartbeat()
+                await asyncio.wait({waiting}, timeout=CLOSED_BEAT)
+            if not waiting.cancelled():
+                waiting.exception()  # closed, however it ended: retrieved, not raised
+
     @activity.defn(name="dsh.stream_page")
     async def stream_page(self, ask: PageAsk) -> Page:
         """A page of a tree's logs for a client without this home (stream.py): read from the
@@ -345,6 +358,9 @@ _HEADERS: dict[str, dict[str, str | None]] = {}
 HEADERS_KEPT = 100_000
 
 
+CLOSED_BEAT = 5.0  # seconds between heartbeats of dsh.await_closed
+
+
 async def _keep_alive(every: float) -> None:
     """Heartbeat while this process runs the turn, chunks or not: a turn held by a fence, a tool or a
     slow first token is alive as long as its worker is. A timer, not an ordering: it only keeps
@@ -367,7 +383,7 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
         task_queue=task_queue,
         workflows=[AgentWorkflow, StreamReader],
         activities=[activities.turn, activities.resume_check, activities.settle_failed,
-                    activities.enter_leftovers, activities.stream_page],
+                    activities.enter_leftovers, activities.await_closed, activities.stream_page],
         max_concurrent_activities=max_concurrent_activities,
     )
 

@@ -56,7 +56,9 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
-    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, enter_leftovers, settle_failed
+    from dsh.loader.engines.residents import (
+        ORPHANS_PATCH, TURN_RETRY, Residents, chain, enter_leftovers, settle_failed,
+    )
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
@@ -186,8 +188,12 @@ class AgentWorkflow:
         target = agent_workflow_id(input.run.root_id, input.parent_id)
         try:
             await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
-        except Exception:  # the parent's run has ended (never while this child is resident)
+        except Exception:  # the parent's run has ended: terminated by hand, or a pre-patch failure
             workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
+            if result.notice is not None and workflow.patched(ORPHANS_PATCH):
+                # As the local teardown of that parent would have: the notice enters its log, unread.
+                await enter_leftovers(Leftovers(home=input.run.home, session_id=input.parent_id,
+                                                messages=[result.notice]))
 
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
     async def _handover(self, runs: int) -> None:

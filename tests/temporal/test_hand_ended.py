@@ -142,3 +142,26 @@ async def test_a_child_cancelled_by_hand_mid_turn_ends_that_turn_in_its_log_and_
     assert notices_in(home, c) == [("g", "aborted", "next-step")]
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "aborted")]
     await assert_nothing_running(client, root)
+
+
+async def test_a_child_terminated_by_hand_is_settled_by_its_parent_and_its_child_drained_into_its_log(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No code runs in a terminated run: the root's run holds c's handle and gets the failure, so
+    it settles c (`dsh.settle_failed`: the error end in c's log, the `error` notice) and releases
+    the children c's log names; g, released, finds no running run of c and enters its notice
+    into c's log (as c's local teardown would have injected it). Before, g hung on, its workflow
+    running, and its notice was lost."""
+    result, home = await run_and_end_c(client, tmp_path, monkeypatch, "terminate")
+    assert (result.stop_reason, result.output) == ("completed", "DONE")
+    root = result.root_session_id
+    [c] = [i for i in ids(home) if label(home, i) == "c"]
+    [g] = [i for i in ids(home) if label(home, i) == "g"]
+    assert turn_ends(home, g) == [{"kind": "aborted", "reason": {"kind": "parent"}}]
+    assert [e["kind"] for e in turn_ends(home, c)] == ["completed", "error"]
+    assert turn_ends(home, c)[-1]["error"]["code"] == "ENGINE_RUN_FAILED"
+    assert notices_in(home, c) == [("g", "aborted", "next-step")]
+    events = SessionStore(home).read(c).events
+    assert events[-1]["type"] == "agent/inbox/spliced"  # after c's error end, unread
+    assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
+    await assert_nothing_running(client, root)
