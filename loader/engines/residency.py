@@ -26,7 +26,7 @@ from temporalio import workflow
 
 from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
-from dsh.loader.engines.queue import DeliveryQueue
+from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residents import Residents
 from dsh.loader.engines.wire import Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
 
@@ -50,6 +50,7 @@ class Residency:
         self.updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
         self.calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
         self.handing_over = False  # about to continue as new: the board's long-polls return
+        self.paged = False  # PAGED_PATCH: payloads carry deliveries in pages (queue.PAGE_BYTES)
         # The bookkeeping of the runs before (`carry`): no child's notice is lost between the
         # runs, since each is signalled to the workflow id, whichever run is current.
         self.parked: list[str] = list(carried.parked)
@@ -86,8 +87,11 @@ class Residency:
         info = workflow.info()
         run = self.input.run
         limit = run.continue_as_new_after
-        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
-                or (self.anywhere and self.updates >= run.continue_as_new_updates))
+        due = (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+               or (self.anywhere and self.updates >= run.continue_as_new_updates))
+        # The new run's input carries the pending deliveries by value: not past a page (the next
+        # turn takes them first, and the run continues after it).
+        return due and not (self.paged and self.queue.pending_bytes() > PAGE_BYTES)
 
     def carry(self, runs: int) -> TreeInput:
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,

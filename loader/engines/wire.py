@@ -177,6 +177,9 @@ class TurnInput:
     parked: list[str] = field(default_factory=list)  # waking messages the last turn left queued (§10.3)
     children: list[ChildRef] = field(default_factory=list)
     release: bool = False  # the tree releases parked work: cancel the agent, clearing its inbox (§17.2)
+    # Deliveries pending past `deliveries` (a page: PAGE_BYTES), fetched by the turn's poll before
+    # it sends any, so a turn starts with every pending one, as by value (README "Large payloads").
+    more: int = 0
 
 
 @dataclass

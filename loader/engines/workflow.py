@@ -85,6 +85,9 @@ ROOT_DRAIN_PATCH = "failed-root-drains"
 # its parent), its running turn shielded so the cancel reaches it through its poll. Before it, the
 # run ended cancelled, its children lived on and its parent heard an `error` from no log.
 CANCEL_PATCH = "cancelled-child-disposes"
+# The patch that pages pending deliveries (queue.PAGE_BYTES per turn input and poll answer, the
+# rest fetched by the turn before it starts): by value, five ~450 KiB notices passed 2 MB together.
+PAGED_PATCH = "paged-deliveries"
 
 
 @workflow.defn(name="dsh.agent")
@@ -213,11 +216,14 @@ class AgentWorkflow:
         offset = self._queue.handed
         self._s.turn_seq = self._s.ended
         self._s.running = True
+        self._s.paged = self._s.paged or workflow.patched(PAGED_PATCH)
+        first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
         try:
             turn = workflow.execute_activity(
                 TURN_ACTIVITY,
-                TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
-                          parked=list(self._s.parked), children=list(self._residents.started), release=release),
+                TurnInput(agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq,
+                          parked=list(self._s.parked), children=list(self._residents.started), release=release,
+                          more=len(self._queue) - offset - len(first)),
                 result_type=TurnResult,
                 start_to_close_timeout=TURN_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
@@ -332,7 +338,8 @@ class AgentWorkflow:
             lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
         if self._s.ended > poll.seq:
             return PollReply()
-        return PollReply(deliveries=self._queue.after(poll.after), interrupts=unseen())
+        page = self._queue.page(poll.after) if self._s.paged else self._queue.after(poll.after)
+        return PollReply(deliveries=page, interrupts=unseen())
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:
