@@ -28,7 +28,7 @@ from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
 from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residents import Residents
-from dsh.loader.engines.wire import Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
+from dsh.loader.engines.wire import AgentView, Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
 
 __all__ = ["Residency"]
 
@@ -132,6 +132,26 @@ class Residency:
         """The root of a stalled tree under `run.parked: release` lets its parked work go."""
         return (self.input.parent_id is None and self.input.run.parked == "release" and not self.releasing
                 and bool(self.residents) and self.stall_state().stalled)
+
+    def status(self) -> str:
+        """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
+        of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
+        if self.closing:
+            return "ready"
+        if self.running or self.queue.waking():
+            return "running"
+        return "parked" if self.parked else "idle"
+
+    def view(self) -> AgentView:
+        """The agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
+        tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
+        who = self.input
+        stall = self.stall_state()
+        return AgentView(
+            session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
+            depth=who.depth, status=self.status(), resident=list(self.residents),
+            children=list(self.residents.started), stalled=stall.stalled, parked=list(stall.parked),
+            shutting_down=self.closing or self.releasing)
 
     def engage(self, engaged: list[bool]) -> None:
         if len(self.engaged) < len(engaged):

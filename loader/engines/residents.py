@@ -1,6 +1,6 @@
 """An agent workflow's children: the resident-children table and the commands that reach them
 (loader/engines/README.md, "Workflow code", "Stalls", "Continue-as-new"). Workflow code
-(deterministic, no I/O; it may import only `wire`); the handlers stay on the workflow class, and
+(deterministic, no I/O; it may import only `wire`, `calls` and `patches`); the handlers stay on the workflow class, and
 the commands name its workflow type and signals by their registered names (`dsh.agent`, `deliver`,
 `release`), which is what history records.
 
@@ -23,15 +23,16 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
+from dsh.loader.engines.calls import await_closed, chain, settle_failed
+from dsh.loader.engines.patches import ORPHANS_PATCH
 from dsh.loader.engines.wire import (
-    Carried, ChildRef, ChildState, Delivery, FailedRun, Leftovers, TreeInput, TreeResult, child_workflow_id,
+    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
 )
 
-__all__ = ["ORPHANS_PATCH", "Residents"]
+__all__ = ["Residents"]
 
 
 class Residents:
@@ -149,9 +150,7 @@ class Residents:
                 targets = [child_workflow_id(self._input.run.root_id, orphan) for orphan in result.spawned]
                 for target in targets:
                     await self._release(target)
-                # The child stays resident until they closed (their notices are in its log then).
-                await workflow.execute_activity(CLOSED_ACTIVITY, targets, start_to_close_timeout=TURN_TIMEOUT,
-                                                heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=TURN_RETRY)
+                await await_closed(targets)  # resident until they closed (their notices are in its log then)
         await on_result(child_id, result)
 
     async def deliver(self, child_id: str, delivery: Delivery) -> bool:
@@ -179,42 +178,7 @@ class Residents:
 
 
 WORKFLOW_TYPE = "dsh.agent"
-# The patch under which a failed child's children that its log names are released by the parent
-# that settles it, and a child whose parent has no running run enters its notice into the
-# parent's log (issue 12 "Not yet" item 0: a run terminated by hand drained none).
-ORPHANS_PATCH = "failed-run-releases-orphans"
-# A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
-# five times is a bug, not a fault, and fails the tree instead of looping.
-TURN_RETRY = RetryPolicy(maximum_attempts=5)
-SETTLE_ACTIVITY = "dsh.settle_failed"
-SETTLE_TIMEOUT = timedelta(seconds=30)
-LEFTOVERS_ACTIVITY = "dsh.enter_leftovers"
-CLOSED_ACTIVITY = "dsh.await_closed"
-CLOSED_HEARTBEAT = timedelta(seconds=30)
-TURN_TIMEOUT = timedelta(hours=1)
 # A cold resume of a child whose last run signalled its notice but has not closed yet waits this
 # long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
 RESTART_WAIT = timedelta(milliseconds=200)
 RESTART_TRIES = 50
-
-
-async def settle_failed(failed: FailedRun) -> TreeResult:
-    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log."""
-    result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
-    return result
-
-
-async def enter_leftovers(leftovers: Leftovers) -> None:
-    """Activity `dsh.enter_leftovers` (settle.py): a failing root's unread deliveries, into its log."""
-    await workflow.execute_activity(LEFTOVERS_ACTIVITY, leftovers, result_type=int,
-                                    start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
-
-
-def chain(exc: BaseException | None) -> str:
-    """A failure's messages, outermost first (from history, so replays give the same text)."""
-    parts: list[str] = []
-    while exc is not None:
-        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
-        exc = exc.__cause__
-    return ": ".join(parts)

@@ -320,8 +320,7 @@ class TurnActivities:
 
     @activity.defn(name="dsh.await_closed")
     async def await_closed(self, workflow_ids: list[str]) -> None:
-        """Wait until each workflow's current run has closed (a failed child's released children),
-        heartbeating: the parent holding it stays until their notices are in that child's log."""
+        """Each workflow's current run closed (a failed child's released children), heartbeating."""
         for workflow_id in workflow_ids:
             handle = self.client.get_workflow_handle(workflow_id)
             waiting = asyncio.ensure_future(handle.result())
