@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import backstopped, client  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from dsh.loader.config import TemporalConfig
@@ -124,6 +124,7 @@ async def test_a_child_cancelled_by_hand_disposes_its_children_first_and_settles
     assert notices_in(home, c) == [("g", "aborted", "next-step")]
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "completed")]
     assert [e["kind"] for e in turn_ends(home, root)] == ["completed", "completed"]
+    await replays_and_kept(client, f"{root}/{c}", "cancelled-child.1.json")  # c's run: the cancel, the release
     await assert_nothing_running(client, root)
 
 
@@ -164,4 +165,6 @@ async def test_a_child_terminated_by_hand_is_settled_by_its_parent_and_its_child
     events = SessionStore(home).read(c).events
     assert events[-1]["type"] == "agent/inbox/spliced"  # after c's error end, unread
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
+    await replays_and_kept(client, root, "terminated-child.0.json")  # the root: c's failure, g's release
+    await replays_and_kept(client, f"{root}/{g}", "terminated-child.2.json")  # g: its notice into c's log
     await assert_nothing_running(client, root)
