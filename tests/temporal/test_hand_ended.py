@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from dsh.loader.config import TemporalConfig
@@ -74,8 +75,8 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
         root = started[0]
         c = next(i for i in ids(home) if label(home, i) == "c")
         handle = client.get_workflow_handle(f"{root}/{c}")
-        while not c_hangs and (await handle.query("status")) != "idle":  # c's first turn has ended (a query: no history)
-            await asyncio.sleep(0.05)
+        if not c_hangs:
+            await turn_taken(handle)
         await (handle.cancel() if how == "cancel" else handle.terminate("by hand"))
 
     async with make_worker(client, queue):
@@ -83,6 +84,17 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
         result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client), BACKSTOP)
         await ender
     return result, home
+
+
+async def turn_taken(handle: Any) -> None:
+    """c's workflow has taken its first turn's result: the server's history long-poll shows the
+    turn activity completed and then a workflow task completed (c is idle, waiting on g)."""
+    completed = False
+    async for event in handle.fetch_history_events(wait_new_event=True):
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed = True
+        elif completed and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return
 
 
 def ids(home: Path) -> list[str]:
