@@ -8,14 +8,23 @@ Invariants:
   wait conditions ask it on every activation, and a fan-out root holds a delivery per child (a scan
   made each workflow task O(N), issue 12 item 7);
 - the deliveries before `quiet` wake no one again: a turn that failed for good was handed them
-  (they stay pending, for the next turn, which a later waking delivery starts).
+  (they stay pending, for the next turn, which a later waking delivery starts);
+- `sizes[i]` is delivery i's JSON size as a payload carries it: a page (`page`) holds deliveries
+  up to PAGE_BYTES together (at least one, each under NOTICE_LIMIT), so no turn input or poll
+  answer passes Temporal's 2 MB payload limit however many large notices are pending.
 """
 
 from __future__ import annotations
 
+import json
+
 from dsh.loader.engines.wire import Delivery
 
-__all__ = ["DeliveryQueue"]
+__all__ = ["PAGE_BYTES", "DeliveryQueue"]
+
+PAGE_BYTES = 1024 * 1024
+"""Bytes of deliveries' JSON one payload carries (a turn's input, a poll's answer, a continue-as-new's
+input); Temporal refuses a payload over 2 MB, and one delivery may take NOTICE_LIMIT (512 KiB)."""
 
 
 class DeliveryQueue:
@@ -23,6 +32,7 @@ class DeliveryQueue:
 
     def __init__(self, quiet: int = 0) -> None:
         self.deliveries: list[Delivery] = []
+        self.sizes: list[int] = []
         self.last_waking = -1
         self.handed = 0
         self.quiet = quiet
@@ -32,6 +42,7 @@ class DeliveryQueue:
 
     def accept(self, delivery: Delivery) -> None:
         self.deliveries.append(delivery)
+        self.sizes.append(len(json.dumps(delivery.message)))
         if delivery.waking:
             self.last_waking = len(self.deliveries) - 1
 
@@ -51,3 +62,14 @@ class DeliveryQueue:
 
     def after(self, n: int) -> list[Delivery]:
         return self.deliveries[n:]
+
+    def page(self, n: int) -> list[Delivery]:
+        """`deliveries[n:]` up to PAGE_BYTES of JSON, at least one (when any)."""
+        end, total = n, 0
+        while end < len(self.deliveries) and (end == n or total + self.sizes[end] <= PAGE_BYTES):
+            total += self.sizes[end]
+            end += 1
+        return self.deliveries[n:end]
+
+    def pending_bytes(self) -> int:
+        return sum(self.sizes[self.handed:])

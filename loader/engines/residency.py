@@ -26,9 +26,9 @@ from temporalio import workflow
 
 from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
-from dsh.loader.engines.queue import DeliveryQueue
+from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residents import Residents
-from dsh.loader.engines.wire import Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
+from dsh.loader.engines.wire import AgentView, Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
 
 __all__ = ["Residency"]
 
@@ -50,6 +50,7 @@ class Residency:
         self.updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
         self.calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
         self.handing_over = False  # about to continue as new: the board's long-polls return
+        self.paged = False  # PAGED_PATCH: payloads carry deliveries in pages (queue.PAGE_BYTES)
         # The bookkeeping of the runs before (`carry`): no child's notice is lost between the
         # runs, since each is signalled to the workflow id, whichever run is current.
         self.parked: list[str] = list(carried.parked)
@@ -86,8 +87,11 @@ class Residency:
         info = workflow.info()
         run = self.input.run
         limit = run.continue_as_new_after
-        return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
-                or (self.anywhere and self.updates >= run.continue_as_new_updates))
+        due = (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
+               or (self.anywhere and self.updates >= run.continue_as_new_updates))
+        # The new run's input carries the pending deliveries by value: not past a page (the next
+        # turn takes them first, and the run continues after it).
+        return due and not (self.paged and self.queue.pending_bytes() > PAGE_BYTES)
 
     def carry(self, runs: int) -> TreeInput:
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
@@ -128,6 +132,26 @@ class Residency:
         """The root of a stalled tree under `run.parked: release` lets its parked work go."""
         return (self.input.parent_id is None and self.input.run.parked == "release" and not self.releasing
                 and bool(self.residents) and self.stall_state().stalled)
+
+    def status(self) -> str:
+        """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
+        of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
+        if self.closing:
+            return "ready"
+        if self.running or self.queue.waking():
+            return "running"
+        return "parked" if self.parked else "idle"
+
+    def view(self) -> AgentView:
+        """The agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
+        tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
+        who = self.input
+        stall = self.stall_state()
+        return AgentView(
+            session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
+            depth=who.depth, status=self.status(), resident=list(self.residents),
+            children=list(self.residents.started), stalled=stall.stalled, parked=list(stall.parked),
+            shutting_down=self.closing or self.releasing)
 
     def engage(self, engaged: list[bool]) -> None:
         if len(self.engaged) < len(engaged):

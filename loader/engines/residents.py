@@ -1,6 +1,6 @@
 """An agent workflow's children: the resident-children table and the commands that reach them
 (loader/engines/README.md, "Workflow code", "Stalls", "Continue-as-new"). Workflow code
-(deterministic, no I/O; it may import only `wire`); the handlers stay on the workflow class, and
+(deterministic, no I/O; it may import only `wire`, `calls` and `patches`); the handlers stay on the workflow class, and
 the commands name its workflow type and signals by their registered names (`dsh.agent`, `deliver`,
 `release`), which is what history records.
 
@@ -23,10 +23,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
+from dsh.loader.engines.calls import await_closed, chain, settle_failed
+from dsh.loader.engines.patches import ORPHANS_PATCH
 from dsh.loader.engines.wire import (
     Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
 )
@@ -143,6 +144,13 @@ class Residents:
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
             failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=chain(exc))
             result = await settle_failed(failed)
+            if result.spawned and workflow.patched(ORPHANS_PATCH):
+                # A run terminated by hand drained none of its children: release each that its
+                # log names (a closed one ignores it); each notice enters that child's log.
+                targets = [child_workflow_id(self._input.run.root_id, orphan) for orphan in result.spawned]
+                for target in targets:
+                    await self._release(target)
+                await await_closed(targets)  # resident until they closed (their notices are in its log then)
         await on_result(child_id, result)
 
     async def deliver(self, child_id: str, delivery: Delivery) -> bool:
@@ -170,28 +178,7 @@ class Residents:
 
 
 WORKFLOW_TYPE = "dsh.agent"
-# A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
-# five times is a bug, not a fault, and fails the tree instead of looping.
-TURN_RETRY = RetryPolicy(maximum_attempts=5)
-SETTLE_ACTIVITY = "dsh.settle_failed"
-SETTLE_TIMEOUT = timedelta(seconds=30)
 # A cold resume of a child whose last run signalled its notice but has not closed yet waits this
 # long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
 RESTART_WAIT = timedelta(milliseconds=200)
 RESTART_TRIES = 50
-
-
-async def settle_failed(failed: FailedRun) -> TreeResult:
-    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log."""
-    result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
-    return result
-
-
-def chain(exc: BaseException | None) -> str:
-    """A failure's messages, outermost first (from history, so replays give the same text)."""
-    parts: list[str] = []
-    while exc is not None:
-        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
-        exc = exc.__cause__
-    return ": ".join(parts)

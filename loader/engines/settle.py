@@ -25,16 +25,17 @@ import logging
 from pathlib import Path
 from typing import Any, cast
 
-from dsh.loader.agent import Message, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
-from dsh.loader.engines.wire import FailedRun, TreeResult
+from dsh.loader.agent import Inbox, Message, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
+from dsh.loader.engines.wire import FailedRun, Leftovers, TreeResult
 from dsh.loader.errors import error_chain
 from dsh.loader.session import Session, SessionStore
 from dsh.loader.subagents import EPOCH_EVENT, settlement_message
-from dsh.loader.subagents.epochs import latest_epoch
+from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import NoticeDetail, settlement_detail, teardown_detail
 from dsh.loader.texts import render
 
-__all__ = ["FAILED_CODE", "NOTICE_LIMIT", "bounded_notice", "bounded_report", "logged_output", "settle_failed"]
+__all__ = ["FAILED_CODE", "NOTICE_LIMIT", "bounded_notice", "bounded_report", "enter_leftovers", "logged_output",
+           "settle_failed"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +80,10 @@ async def settle_failed(failed: FailedRun) -> TreeResult:
     """The `dsh.settle_failed` activity's body: the failed epoch's `error` notice, from its log."""
     detail = teardown_detail(FAILED_CODE, render("T-ENGINE-RUN-FAILED", id=failed.child_id, detail=failed.failure))
     stop_reason, output = "error", None
+    spawned: list[str] = []
     try:
         events = await _close_with_error(Path(failed.home), failed, detail)
+        spawned = children_named(events)
         suffix = events[max((i for i, e in enumerate(events) if e["type"] == EPOCH_EVENT), default=0):]
         stop_reason = epoch_stop_reason(fold_consumed_work(suffix))
         output = final_output(suffix)
@@ -88,7 +91,44 @@ async def settle_failed(failed: FailedRun) -> TreeResult:
     except Exception as exc:  # the log is unreadable or busy: the failure alone still settles it
         logger.warning("settling the failed run of %s without its log: %s", failed.child_id, error_chain(exc))
     notice = bounded_notice(failed.child_id, stop_reason, output, epoch=failed.epoch, detail=detail, limit=NOTICE_LIMIT)
-    return TreeResult(session_id=failed.child_id, stop_reason=stop_reason, notice=dict(notice), epoch=failed.epoch)
+    return TreeResult(session_id=failed.child_id, stop_reason=stop_reason, notice=dict(notice), epoch=failed.epoch,
+                      spawned=spawned)
+
+
+def children_named(events: list[dict[str, Any]]) -> list[str]:
+    """The children a log started (`subagent`'s result value) or messaged (`send_message`'s
+    target), in first-seen order: those a run that ended without draining may leave resident."""
+    found: dict[str, None] = {}
+    for e in events:
+        data = e["data"]
+        if e["type"] == "tool/result" and (data.get("value") or {}).get("kind") == "continuable":
+            found[str(data["value"]["sessionId"])] = None
+        elif e["type"] == "tool/call" and data.get("name") == "send_message":
+            try:
+                target = json.loads(data.get("arguments") or "{}").get("agent_id")
+            except (ValueError, AttributeError):
+                target = None
+            if isinstance(target, str):
+                found[target] = None
+    return list(found)
+
+
+async def enter_leftovers(leftovers: Leftovers) -> int:
+    """The `dsh.enter_leftovers` activity's body: a failing root's unread deliveries enter its log
+    as injects (next-step inserts, read by no turn), as the local engine's closing root takes its
+    drained children's notices. A message the log holds already is skipped, so a retried activity
+    appends nothing twice; returns how many entered."""
+    store = SessionStore(Path(leftovers.home))
+    session = await store.load(leftovers.session_id)
+    try:
+        inbox = Inbox(session)
+        fresh = [m for m in leftovers.messages if not session_holds_message(session, str(m["id"]))]
+        for message in fresh:
+            inbox.append("next-step", cast(Message, message))
+        await store.flush(session)
+        return len(fresh)
+    finally:
+        await store.close(session)
 
 
 async def _close_with_error(home: Path, failed: FailedRun, detail: NoticeDetail) -> list[dict[str, Any]]:

@@ -300,6 +300,9 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         while True:
             apply(await link.poll(spec.offset + taken, applied))
 
+    handed = list(spec.deliveries)
+    while len(handed) < len(spec.deliveries) + spec.more:  # the rest of the pending pages, by index
+        handed += (await link.poll(spec.offset + len(handed), 0)).deliveries  # its interrupts: the main poll's
     board = _Board(fences, link) if fences is not None and run.fences else None
     pollers: list[asyncio.Task[None]] = []
     try:
@@ -314,9 +317,9 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         cut_off = retried and turn_cut_off(agent.session.events)
         interrupted = False
         if retried:
-            applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in spec.deliveries},
+            applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in handed},
                                                      spec.seq)
-        for d in spec.deliveries:
+        for d in handed:
             deliver(d)
         # A retried turn (its worker died): work the log restored into the inbox runs; else a turn
         # the death cut off is continued, as `dsh run --resume` continues one (tree.py). Not when

@@ -29,6 +29,7 @@ __all__ = [
     "TURN_TIMEOUT",
     "Delivery",
     "FailedRun",
+    "Leftovers",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -176,6 +177,9 @@ class TurnInput:
     parked: list[str] = field(default_factory=list)  # waking messages the last turn left queued (§10.3)
     children: list[ChildRef] = field(default_factory=list)
     release: bool = False  # the tree releases parked work: cancel the agent, clearing its inbox (§17.2)
+    # Deliveries pending past `deliveries` (a page: PAGE_BYTES), fetched by the turn's poll before
+    # it sends any, so a turn starts with every pending one, as by value (README "Large payloads").
+    more: int = 0
 
 
 @dataclass
@@ -249,6 +253,18 @@ class FailedRun:
     child_id: str
     epoch: int | None
     failure: str
+
+
+@dataclass
+class Leftovers:
+    """A root whose run fails with deliveries it never read (its drained children's notices, what
+    its failed turn was handed): activity `dsh.enter_leftovers` enters them into its log as
+    injects, as a closing local root's inbox takes a notice (SPEC §9.2 step 4), so nothing
+    accepted is lost."""
+
+    home: str
+    session_id: str
+    messages: list[dict[str, Any]]
 
 
 @dataclass
@@ -337,3 +353,6 @@ class TreeResult:
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
     budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree
     output_in_log: bool = False  # the root: `output` is not carried (over NOTICE_LIMIT), its log has it
+    # dsh.settle_failed: the children the failed run's log started or messaged (any may still be
+    # resident: a run terminated by hand drains none), released by the parent that settles it.
+    spawned: list[str] = field(default_factory=list)

@@ -30,7 +30,7 @@ from dsh.loader.config import ModelConfig
 from dsh.loader.engines.pages import Page, PageAsk
 from dsh.loader.engines.projection import has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
-from dsh.loader.engines.settle import settle_failed
+from dsh.loader.engines.settle import enter_leftovers, settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
     Answer,
@@ -38,6 +38,7 @@ from dsh.loader.engines.wire import (
     Charged,
     Delivery,
     FailedRun,
+    Leftovers,
     Interrupt,
     MessageChild,
     Poll,
@@ -312,6 +313,23 @@ class TurnActivities:
         """A child's failed run, settled from its log (settle.py)."""
         return await settle_failed(dataclasses.replace(failed, home=self._at_home(failed.home)))
 
+    @activity.defn(name="dsh.enter_leftovers")
+    async def enter_leftovers(self, leftovers: Leftovers) -> int:
+        """A failing root's unread deliveries, entered into its log as injects (settle.py)."""
+        return await enter_leftovers(dataclasses.replace(leftovers, home=self._at_home(leftovers.home)))
+
+    @activity.defn(name="dsh.await_closed")
+    async def await_closed(self, workflow_ids: list[str]) -> None:
+        """Each workflow's current run closed (a failed child's released children), heartbeating."""
+        for workflow_id in workflow_ids:
+            handle = self.client.get_workflow_handle(workflow_id)
+            waiting = asyncio.ensure_future(handle.result())
+            while not waiting.done():
+                activity.heartbeat()
+                await asyncio.wait({waiting}, timeout=CLOSED_BEAT)
+            if not waiting.cancelled():
+                waiting.exception()  # closed, however it ended: retrieved, not raised
+
     @activity.defn(name="dsh.stream_page")
     async def stream_page(self, ask: PageAsk) -> Page:
         """A page of a tree's logs for a client without this home (stream.py): read from the
@@ -339,6 +357,9 @@ _HEADERS: dict[str, dict[str, str | None]] = {}
 HEADERS_KEPT = 100_000
 
 
+CLOSED_BEAT = 5.0  # seconds between heartbeats of dsh.await_closed
+
+
 async def _keep_alive(every: float) -> None:
     """Heartbeat while this process runs the turn, chunks or not: a turn held by a fence, a tool or a
     slow first token is alive as long as its worker is. A timer, not an ordering: it only keeps
@@ -360,7 +381,8 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow, StreamReader],
-        activities=[activities.turn, activities.resume_check, activities.settle_failed, activities.stream_page],
+        activities=[activities.turn, activities.resume_check, activities.settle_failed,
+                    activities.enter_leftovers, activities.await_closed, activities.stream_page],
         max_concurrent_activities=max_concurrent_activities,
     )
 

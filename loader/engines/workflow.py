@@ -7,8 +7,10 @@ the `dsh.turn` activity (turn.py), which reaches back here through the two updat
 
 The SDK does not inherit handler decorators, so every handler is on `AgentWorkflow`; the state and
 its rules are plain classes beside it: the delivery queue (queue.py), the resident-children table
-(residents.py), the fence board (board.py), the tree's charge ledger (ledger.py), and the turn
-counters, flags and rules of the residency itself (residency.py, whose invariants are the run's).
+(residents.py), the fence board (board.py), the tree's charge ledger (ledger.py), the turn
+counters, flags and rules of the residency itself (residency.py, whose invariants are the run's);
+the hand-over and ending commands are the plain methods of its base `RunEnds` (endings.py), the
+activity calls one helper each (calls.py), the patch names patches.py's.
 
 The SDK's rules hold here: no await inside a signal handler's bookkeeping that another handler
 must not see half done, and every command (activity, child start, signal, timer, continue-as-new,
@@ -18,7 +20,6 @@ patch marker) in the same order on replay (tests/temporal/test_replay.py).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -26,7 +27,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        TURN_TIMEOUT,
         AgentView,
         Answer,
         Carried,
@@ -41,40 +41,30 @@ with workflow.unsafe.imports_passed_through():
         Poll,
         PollReply,
         ResumeCheck,
-        ResumeFound,
         StartChild,
         TreeInput,
         TreeResult,
         TurnInput,
         TurnResult,
         agent_workflow_id,
-        child_workflow_id,
     )
     from dsh.loader.engines.board import FenceBoard
+    from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
+    from dsh.loader.engines.endings import RunEnds
     from dsh.loader.engines.ledger import ChargeLedger
+    from dsh.loader.engines.patches import (
+        CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_DRAIN_PATCH,
+    )
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
-    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
+    from dsh.loader.engines.residents import Residents
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
 
-TURN_ACTIVITY = "dsh.turn"
-RESUME_ACTIVITY = "dsh.resume_check"
-RESUME_TIMEOUT = timedelta(seconds=30)
-# The patch that lets any agent's run continue as new with children resident (issue 12 "Not yet"
-# item 3): children start ABANDON and signal their result to the parent's current run. Runs
-# recorded before it (no marker) replay the old way: only a child, only with no child resident.
-HANDOVER_PATCH = "continue-with-children"
-# The patch that keeps a child whose turn failed for good resident while it has children resident
-# (issue 12 "Not yet" item 0): the failure is the epoch's error end in its log, as a local turn
-# that ends `error`, and its children's notices wake its next turn. Before it, the run failed and
-# its children lived on, their notices sent to a workflow id with no running run.
-FAILED_TURN_PATCH = "failed-turn-keeps-children"
-
 
 @workflow.defn(name="dsh.agent")
-class AgentWorkflow:
+class AgentWorkflow(RunEnds):
     @workflow.init
     def __init__(self, input: TreeInput) -> None:
         """The run's state from its input, before any handler runs: a signal (a child's notice, a
@@ -94,8 +84,16 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: TreeInput) -> TreeResult:
         try:
-            return await self._run(input)
+            try:
+                return await self._run(input)
+            except asyncio.CancelledError:
+                if input.parent_id is None or not workflow.patched(CANCEL_PATCH):
+                    raise
+                self.release()  # a cancel by hand: this child's disposal, children first (README "Failed child runs")
+                return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
+            if input.parent_id is None and self._residents and workflow.patched(ROOT_DRAIN_PATCH):
+                await self._drain()
             if input.parent_id is None or not self._s.anywhere:
                 raise
             # The run fails (a turn failed for good, a result over the payload limit): the parent's
@@ -144,46 +142,20 @@ class AgentWorkflow:
             await self._tell_parent(result)
         return result
 
-    async def _tell_parent(self, result: TreeResult) -> None:
-        """The notice to the parent's current run (it may have continued as new since it started
-        this one, and a closed run's child result goes nowhere); the parent enters it once, by its
-        notice id, whichever of this signal and the result comes first."""
-        input = self._input
-        assert input.parent_id is not None
-        target = agent_workflow_id(input.run.root_id, input.parent_id)
-        try:
-            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
-        except Exception:  # the parent's run has ended (never while this child is resident)
-            workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
-
-    # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
-    async def _handover(self, runs: int) -> None:
-        """Continue as new once the handlers in flight have finished: `message_child` and the
-        updates of the running turns (none of this agent's own; other agents' charges are signals)
-        end by themselves; then the board's long-polls return what they have (their callers poll
-        again, reaching the new run) and the run continues as new in that same workflow task."""
-        if self._s.anywhere:
-            await workflow.wait_condition(lambda: self._s.calls == 0)
-            self._s.handing_over = True
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._s.continue_due():
-            workflow.continue_as_new(self._s.carry(runs))
-        self._s.handing_over = False
-
     async def _turn(self, release: bool = False) -> TurnResult:
         offset = self._queue.handed
         self._s.turn_seq = self._s.ended
         self._s.running = True
+        self._s.paged = self._s.paged or workflow.patched(PAGED_PATCH)
+        first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
         try:
-            last: TurnResult = await workflow.execute_activity(
-                TURN_ACTIVITY,
-                TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
-                          parked=list(self._s.parked), children=list(self._residents.started), release=release),
-                result_type=TurnResult,
-                start_to_close_timeout=TURN_TIMEOUT,
-                heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
-                retry_policy=TURN_RETRY,
-            )
+            turn = run_turn(TurnInput(
+                agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
+                children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first)))
+            if self._input.parent_id is not None and workflow.patched(CANCEL_PATCH):
+                last = await self._shielded(turn)
+            else:
+                last = await turn
         except ActivityError as exc:
             self._s.running = False
             if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
@@ -199,34 +171,6 @@ class AgentWorkflow:
         self._s.key = last.agent_key or self._s.key
         return last
 
-    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
-        """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
-        children resident: as the local engine's child whose turn ends `error`, it stays resident
-        (it owns children), their notices reach it and wake its next turn. The failure is written
-        as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
-        turn was handed stays pending for the next turn but wakes no one again, so a failure that
-        persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
-        who = self._input
-        settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
-                                                failure=chain(exc)))
-        self._queue.hush()
-        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
-
-    # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
-    async def _stall_report(self) -> None:
-        assert self._input.parent_id is not None
-        state = self._s.stall_state()
-        self._s.told_stalled = state
-        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
-        await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.child_state, state)
-
-    def _release(self) -> None:
-        """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
-        settles; the notices enter this closing agent as injects (§9.2 step 4)."""
-        self._s.released = self._s.stall_state().parked
-        self._s.releasing = True
-        self._residents.release_all()
-
     @workflow.signal
     def release(self) -> None:
         """The parent releases this child (its tree is closing): no new turn, children first."""
@@ -238,25 +182,13 @@ class AgentWorkflow:
 
     @workflow.query
     def status(self) -> str:
-        """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
-        of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
-        if self._s.closing:
-            return "ready"
-        if self._s.running or self._queue.waking():
-            return "running"
-        return "parked" if self._s.parked else "idle"
+        """`list_agents`' status of this agent (§12.2; `Residency.status`)."""
+        return self._s.status()
 
     @workflow.query
     def view(self) -> AgentView:
-        """This agent as `run.status` / `subagent.list` show it, and its stall (the root's is the
-        tree's: the client prints T-CLI-STALLED and the `waiting` record from it)."""
-        who = self._input
-        stall = self._s.stall_state()
-        return AgentView(
-            session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
-            depth=who.depth, status=self.status(), resident=list(self._residents),
-            children=list(self._residents.started), stalled=stall.stalled, parked=list(stall.parked),
-            shutting_down=self._s.closing or self._s.releasing)
+        """This agent as `run.status` / `subagent.list` show it, and its stall (`Residency.view`)."""
+        return self._s.view()
 
     @workflow.signal
     def child_state(self, state: ChildState) -> None:
@@ -278,7 +210,8 @@ class AgentWorkflow:
             lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
         if self._s.ended > poll.seq:
             return PollReply()
-        return PollReply(deliveries=self._queue.after(poll.after), interrupts=unseen())
+        page = self._queue.page(poll.after) if self._s.paged else self._queue.after(poll.after)
+        return PollReply(deliveries=page, interrupts=unseen())
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:
@@ -332,10 +265,7 @@ class AgentWorkflow:
                     return Answer(status="delivered")
                 await workflow.wait_condition(lambda: child_id not in self._residents)  # LOST: its result is on the way
                 continue
-            found = await workflow.execute_activity(
-                RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
-                result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
-            )
+            found = await resume_check(ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id))
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
             if child_id in self._residents:

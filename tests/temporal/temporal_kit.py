@@ -202,3 +202,26 @@ def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
         "agents": per_agent,
         "result": {**plain({k: v for k, v in result.items() if k not in drop}), "subagents": subagents},
     }
+
+
+# -- committed histories of the paths only a fault reaches (test_replay.py replays them) -------------
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def replays_and_kept(client: Client, workflow_id: str, name: str) -> None:
+    """`workflow_id`'s history replays against today's workflow; with `DSH_RECORD_HISTORIES` set it
+    is written to histories/`name` (e.g. `DSH_RECORD_HISTORIES=1 pytest -n 0 tests/temporal/test_x.py`),
+    its failures' stack traces stripped of this machine's prefixes."""
+    import temporalio
+    from temporalio.worker import Replayer
+
+    from dsh.loader.engines.workflow import AgentWorkflow
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    assert (await Replayer(workflows=[AgentWorkflow]).replay_workflow(history)).replay_failure is None
+    if os.environ.get("DSH_RECORD_HISTORIES"):
+        text = json.dumps({"workflowId": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n"
+        for prefix in (f"{Path(temporalio.__file__).parent.parent}/", f"{Path(__file__).parents[2]}/"):
+            text = text.replace(prefix, "")
+        (HISTORIES / name).write_text(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_kit import client, run_temporal, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
@@ -59,3 +60,59 @@ async def test_a_report_past_the_payload_limit_arrives_with_its_size_and_where_t
     assert f"dsh sessions show {child}" in text and BIG not in text and len(text) < NOTICE_LIMIT
     [call] = [e["data"] for e in store.read(child).events if e["type"] == "tool/call" and e["data"]["name"] == "report"]
     assert json.loads(call["arguments"])["output"] == BIG  # the child's log keeps the report whole
+
+
+NOTICE_TEXT = 450 * 1024  # each notice under NOTICE_LIMIT; five pass 2 MB together
+
+
+async def test_five_large_notices_pending_at_once_reach_one_turn_in_pages_under_the_payload_limit(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five children each end with a ~450 KiB reply; the root's first turn returns only once all
+    five child runs have closed (each signalled its notice before closing), so its second turn
+    starts with all five pending. By value that turn's input passed 2 MB and the root's workflow
+    task failed on it, retried until the backstop; now each payload carries deliveries up to
+    `PAGE_BYTES` and the turn fetches the rest by index before it sends any, so the notices enter
+    the turn's steps exactly as five small ones do (the first wakes it, the rest steer into its
+    next step)."""
+    from dsh.loader.engines import worker
+    from dsh.loader.engines.wire import TurnInput, TurnResult
+
+    real = worker.run_turn
+
+    async def ordered(spec: TurnInput, *args: Any, **kwargs: Any) -> TurnResult:
+        result = await real(spec, *args, **kwargs)
+        if spec.agent.parent_id is None and spec.seq == 0:
+            store = SessionStore(Path(spec.agent.run.home))
+            children = [e["data"]["value"]["sessionId"] for e in store.read(spec.agent.session_id).events
+                        if e["type"] == "tool/result" and (e["data"].get("value") or {}).get("kind") == "continuable"]
+            for child in children:
+                await client.get_workflow_handle(f"{spec.agent.session_id}/{child}").result()
+        return result
+
+    monkeypatch.setattr(worker, "run_turn", ordered)
+
+    async def steps_of_notices(size: int, home: Path) -> list[tuple[int, int, int]]:
+        calls = [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": "Reply."}} for i in range(5)]
+        home.parent.mkdir(parents=True)
+        path = write_transcript(home.parent, {
+            "name": f"notices-{size}",
+            "agents": {"root": {"replies": [{"toolCalls": calls}, {"text": "STARTED"}, {"text": "NOTED"}, {"text": "ALL"}]},
+                       **{f"w{i}": {"spawnedBy": f"c{i}", "replies": [{"text": str(i) * size}]} for i in range(5)}}})
+        run = await asyncio.wait_for(run_temporal(client, plan_flow(path), home), BACKSTOP)
+        result = run.result
+        assert (result.stop_reason, result.output, result.violations, result.exit_code) == ("completed", "ALL", [], 0)
+        events = SessionStore(home).read(result.root_session_id).events
+        entered: list[tuple[int, int, int]] = []
+        where = (0, 0)
+        for e in events:
+            if e["type"] == "step/start":
+                where = (e["data"]["turn"], e["data"]["step"])
+            elif e["type"] == "user/message" and e["data"]["source"]["kind"] == "subagent-settled":
+                assert size < 100 or len(json.dumps(e["data"])) > size  # whole
+                entered.append((*where, 1))
+        return entered
+
+    big = await steps_of_notices(NOTICE_TEXT, tmp_path / "big" / "home")
+    small = await steps_of_notices(10, tmp_path / "small" / "home")
+    assert big == small and len(big) == 5, (big, small)

@@ -32,6 +32,11 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "v1-continued-as-new.2.json", "v2-continued-as-new.2.json",
             # a child's turn failing for good with its child resident (test_failed_child_tree.py)
             "failed-turn-with-child.1.json",
+            # a root drained before its run fails (test_failed_root.py); a child cancelled by hand,
+            # one terminated by hand (its parent releases its child, which enters its notice into
+            # the terminated child's log) (test_hand_ended.py); and the histories before them
+            "failed-root-drains.0.json", "cancelled-child.1.json", "terminated-child.0.json",
+            "terminated-child.2.json", "v3-hello.0.json", "v3-continued-as-new.2.json",
             # one page of the stream over the server: the reader workflow (test_server_stream.py)
             "stream-page.0.json"} <= names
 

@@ -1,0 +1,75 @@
+"""The agent workflow's activity calls, one helper per activity (loader/engines/README.md): where
+each runs (the tree's task queue, the workflow's own), with which timeouts and retries. Workflow
+code (deterministic; it may import only `wire`); the activities themselves are worker.py's.
+
+Invariant: every activity the workflow runs goes through one of these helpers, so a change of
+where activities run (a task queue per activity) is made here once."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from dsh.loader.engines.wire import (
+    TURN_TIMEOUT, FailedRun, Leftovers, ResumeCheck, ResumeFound, TreeResult, TurnInput, TurnResult,
+)
+
+__all__ = ["TURN_RETRY", "await_closed", "chain", "enter_leftovers", "resume_check", "run_turn", "settle_failed"]
+
+# A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
+# five times is a bug, not a fault, and fails the tree instead of looping.
+TURN_RETRY = RetryPolicy(maximum_attempts=5)
+TURN_ACTIVITY = "dsh.turn"
+RESUME_ACTIVITY = "dsh.resume_check"
+RESUME_TIMEOUT = timedelta(seconds=30)
+SETTLE_ACTIVITY = "dsh.settle_failed"
+SETTLE_TIMEOUT = timedelta(seconds=30)
+LEFTOVERS_ACTIVITY = "dsh.enter_leftovers"
+CLOSED_ACTIVITY = "dsh.await_closed"
+CLOSED_HEARTBEAT = timedelta(seconds=30)
+
+
+def run_turn(spec: TurnInput) -> Awaitable[TurnResult]:
+    """Activity `dsh.turn` (turn.py): one turn of the agent, heartbeating per model chunk. Not
+    awaited here: a child's run shields it from a cancel by hand (`RunEnds._shielded`)."""
+    return workflow.execute_activity(
+        TURN_ACTIVITY, spec, result_type=TurnResult, start_to_close_timeout=TURN_TIMEOUT,
+        heartbeat_timeout=timedelta(seconds=spec.agent.run.heartbeat_seconds), retry_policy=TURN_RETRY)
+
+
+async def resume_check(check: ResumeCheck) -> ResumeFound:
+    """Activity `dsh.resume_check` (backends.py): the cold-resume header checks, read-only."""
+    found: ResumeFound = await workflow.execute_activity(
+        RESUME_ACTIVITY, check, result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
+    return found
+
+
+async def settle_failed(failed: FailedRun) -> TreeResult:
+    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log."""
+    result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
+                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
+    return result
+
+
+async def enter_leftovers(leftovers: Leftovers) -> None:
+    """Activity `dsh.enter_leftovers` (settle.py): unread deliveries, into a log as injects."""
+    await workflow.execute_activity(LEFTOVERS_ACTIVITY, leftovers, result_type=int,
+                                    start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
+
+
+async def await_closed(workflow_ids: list[str]) -> None:
+    """Activity `dsh.await_closed` (worker.py): returns once each workflow's run has closed."""
+    await workflow.execute_activity(CLOSED_ACTIVITY, workflow_ids, start_to_close_timeout=TURN_TIMEOUT,
+                                    heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=TURN_RETRY)
+
+
+def chain(exc: BaseException | None) -> str:
+    """A failure's messages, outermost first (from history, so replays give the same text)."""
+    parts: list[str] = []
+    while exc is not None:
+        parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
+        exc = exc.__cause__
+    return ": ".join(parts)

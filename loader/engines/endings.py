@@ -1,0 +1,122 @@
+"""How an agent workflow's run hands over or ends (loader/engines/README.md, "Continue-as-new",
+"Failed child runs"): continuing as new between turns, a turn that failed for good, a root drained
+before its run fails, a cancel by hand, the stall report and the notice to the parent. Workflow
+code (deterministic, no I/O; it may import only `wire` and the other workflow-side modules).
+
+`RunEnds` is a base class of `AgentWorkflow` holding these commands as plain methods (the SDK
+does not inherit handler decorators, so the handlers stay on the workflow class; plain methods
+are inherited as usual). Signals are named by their registered names (`settled`, `child_state`),
+which is what history records, so a move here changes no command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from dsh.loader.engines.calls import chain, enter_leftovers, settle_failed
+from dsh.loader.engines.patches import ORPHANS_PATCH
+from dsh.loader.engines.queue import DeliveryQueue
+from dsh.loader.engines.residency import Residency
+from dsh.loader.engines.residents import Residents
+from dsh.loader.engines.wire import FailedRun, Leftovers, TreeInput, TreeResult, TurnResult, agent_workflow_id
+
+__all__ = ["RunEnds"]
+
+
+class RunEnds:
+    """The agent workflow's hand-over and ending commands over its state (set by the subclass)."""
+
+    _input: TreeInput
+    _queue: DeliveryQueue
+    _residents: Residents
+    _s: Residency
+
+    def release(self) -> None:  # the workflow's signal handler
+        raise NotImplementedError
+
+    async def _tell_parent(self, result: TreeResult) -> None:
+        """The notice to the parent's current run (it may have continued as new since it started
+        this one, and a closed run's child result goes nowhere); the parent enters it once, by its
+        notice id, whichever of this signal and the result comes first."""
+        input = self._input
+        assert input.parent_id is not None
+        target = agent_workflow_id(input.run.root_id, input.parent_id)
+        try:
+            await workflow.get_external_workflow_handle(target).signal("settled", result)
+        except Exception:  # the parent's run has ended: terminated by hand, or a pre-patch failure
+            workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
+            if result.notice is not None and workflow.patched(ORPHANS_PATCH):
+                # As the local teardown of that parent would have: the notice enters its log, unread.
+                await enter_leftovers(Leftovers(home=input.run.home, session_id=input.parent_id,
+                                                messages=[result.notice]))
+
+    async def _drain(self) -> None:
+        """A root whose turn failed for good: the local engine's end of a run with children
+        resident (SPEC §8.12 `drain_descendants`): every resident child is released, child-first,
+        and settles; its notice enters as an inject (§9.2 step 4). What the root never read (those
+        notices, what the failed turn was handed) enters its log, unread, so nothing accepted is lost."""
+        self._release()
+        await workflow.wait_condition(lambda: not self._residents)
+        who = self._input
+        unread = [d.message for d in self._queue.pending()]
+        await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread))
+        self._s.closing = True  # releases the board's long-polls of turns that have ended
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
+    async def _handover(self, runs: int) -> None:
+        """Continue as new once the handlers in flight have finished: `message_child` and the
+        updates of the running turns (none of this agent's own; other agents' charges are signals)
+        end by themselves; then the board's long-polls return what they have (their callers poll
+        again, reaching the new run) and the run continues as new in that same workflow task."""
+        if self._s.anywhere:
+            await workflow.wait_condition(lambda: self._s.calls == 0)
+            self._s.handing_over = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._s.continue_due():
+            workflow.continue_as_new(self._s.carry(runs))
+        self._s.handing_over = False
+
+    # -- a turn that does not return --------------------------------------------------------
+    async def _shielded(self, turn: Awaitable[TurnResult]) -> TurnResult:
+        """The turn, shielded from a cancel by hand: the cancel is this child's disposal, so the
+        running turn hears it as its parent's (`release`: the interrupt {kind: parent} through its
+        poll) and ends in its log; the activity is never cut off mid-write."""
+        task = asyncio.ensure_future(turn)
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                self.release()
+
+    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
+        """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
+        children resident: as the local engine's child whose turn ends `error`, it stays resident
+        (it owns children), their notices reach it and wake its next turn. The failure is written
+        as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
+        turn was handed stays pending for the next turn but wakes no one again, so a failure that
+        persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
+        who = self._input
+        settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
+                                                failure=chain(exc)))
+        self._queue.hush()
+        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
+
+    # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
+    async def _stall_report(self) -> None:
+        assert self._input.parent_id is not None
+        state = self._s.stall_state()
+        self._s.told_stalled = state
+        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
+        await workflow.get_external_workflow_handle(target).signal("child_state", state)
+
+    def _release(self) -> None:
+        """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
+        settles; the notices enter this closing agent as injects (§9.2 step 4)."""
+        self._s.released = self._s.stall_state().parked
+        self._s.releasing = True
+        self._residents.release_all()

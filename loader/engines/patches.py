@@ -1,0 +1,35 @@
+"""The workflow's patch names (loader/engines/README.md): each new behaviour of `AgentWorkflow`
+that changes its commands is taken only where `workflow.patched(NAME)` says so, so a history
+recorded before it replays the old way (tests/temporal/test_replay.py). Workflow-side: no import.
+A name is what history records; never rename one."""
+
+from __future__ import annotations
+
+__all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_DRAIN_PATCH"]
+
+# Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
+# children start ABANDON and signal their result to the parent's current run. Runs recorded
+# before it (no marker) replay the old way: only a child, only with no child resident.
+HANDOVER_PATCH = "continue-with-children"
+# A child whose turn failed for good stays resident while it has children resident (issue 12 "Not
+# yet" item 0): the failure is the epoch's error end in its log, as a local turn that ends
+# `error`, and its children's notices wake its next turn. Before it, the run failed and its
+# children lived on, their notices sent to a workflow id with no running run.
+FAILED_TURN_PATCH = "failed-turn-keeps-children"
+# A root whose turn failed for good with children resident is drained first: each resident child
+# is released (disposed child-first, cancel {kind: parent}) and its notice enters the root's log
+# as an inject, then the run fails. Before it, the run failed at once and its children (started
+# ABANDON) lived on, their notices lost.
+ROOT_DRAIN_PATCH = "failed-root-drains"
+# A child's run cancelled by hand (`temporal workflow cancel`) disposes itself as its parent's
+# drain would (release: children first, cancel {kind: parent}, the epoch's notice to its parent),
+# its running turn shielded so the cancel reaches it through its poll. Before it, the run ended
+# cancelled, its children lived on and its parent heard an `error` from no log.
+CANCEL_PATCH = "cancelled-child-disposes"
+# Pending deliveries travel in pages (queue.PAGE_BYTES per turn input and poll answer, the rest
+# fetched by the turn before it starts): by value, five ~450 KiB notices passed 2 MB together.
+PAGED_PATCH = "paged-deliveries"
+# A failed child's children that its log names are released by the parent that settles it, which
+# keeps it resident until they closed, and a child whose parent has no running run enters its
+# notice into that parent's log (a run terminated by hand drained none of its children).
+ORPHANS_PATCH = "failed-run-releases-orphans"
