@@ -145,6 +145,21 @@ def measure(workdir: Path, server: ForkServer) -> int:
     return len(records)
 
 
+def ended_first(run: dict[str, Any], moment: int, records: int) -> bool:
+    """Whether the run ended by itself before its kill. A read can carry many records at once: the
+    one holding record `moment` may hold the last, and the run may have exited (0, or 1 for the
+    spare replies) before the kill reached it. That is an end, not a crash: it printed every record
+    an uncrashed run prints. Any other exit instead of SIGKILL is a failure of the run."""
+    if run["seen"] < moment:
+        return True  # it closed its stdout before printing record `moment`
+    if run["code"] == -signal.SIGKILL:
+        return False
+    if run["code"] in (0, 1) and run["seen"] >= records:
+        return True
+    raise SystemExit(f"the run was to die of SIGKILL after record {moment} of {records}, "
+                     f"it exited {run['code']} after {run['seen']}")
+
+
 def trial(seed: int, records: int, workdir: Path, server: ForkServer, *, moment: int | None = None,
           keep: bool = False) -> Trial:
     """Kill `dsh run --json` right after it printed its k-th record (k seeded, 1..records): the
@@ -155,10 +170,8 @@ def trial(seed: int, records: int, workdir: Path, server: ForkServer, *, moment:
     run = server.run([*_run_args(home), "--json"], kill_after=t.moment)
     if run["timeout"]:
         raise SystemExit(f"seed {seed}: the run neither exited nor printed within {EXIT_BACKSTOP:g}s")
-    if run["seen"] < t.moment:
-        t.outcome = "finished"  # the run ended before its moment: nothing to kill
-    elif run["code"] != -signal.SIGKILL:
-        raise SystemExit(f"seed {seed}: the run was to die of SIGKILL, it exited {run['code']}")
+    if ended_first(run, t.moment, records):
+        t.outcome = "finished"  # the run ended before its kill: nothing to resume
     try:
         root = find_root(home)
         if root is None:

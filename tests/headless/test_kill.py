@@ -70,3 +70,17 @@ def test_a_kill_between_the_roots_reply_and_its_spawn_calls_is_a_scripted_diverg
     assert t.placeholder_failed, resume["stderr"]
     assert t.divergent, t
     assert sum(t.anomalies.values()) == 0, (t.anomalies, t.notes)
+
+
+def test_a_run_that_printed_every_record_and_exited_before_its_kill_is_an_end_not_a_failure() -> None:
+    """The fork server reads the run's stdout in chunks: the chunk holding the kill's record can
+    hold the run's last one, and the run may have exited (1: the spare replies) before the kill
+    landed. Seen under load with seed 23 (record 400 of 467). Any other exit stays a failure."""
+    assert killloop.ended_first({"code": 1, "seen": 467}, 400, 467)
+    assert killloop.ended_first({"code": 0, "seen": 467}, 467, 467)
+    assert killloop.ended_first({"code": 1, "seen": 12}, 400, 467)  # closed stdout before its moment
+    assert not killloop.ended_first({"code": -9, "seen": 467}, 400, 467)
+    with pytest.raises(SystemExit, match="exited 1 after 430"):
+        killloop.ended_first({"code": 1, "seen": 430}, 400, 467)  # a run failing mid-way
+    with pytest.raises(SystemExit, match="exited 2"):
+        killloop.ended_first({"code": 2, "seen": 467}, 400, 467)
