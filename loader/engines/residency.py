@@ -26,6 +26,7 @@ from temporalio import workflow
 
 from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
+from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.residents import Residents
 from dsh.loader.engines.wire import Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
@@ -89,13 +90,14 @@ class Residency:
         return (info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() >= limit)
                 or (self.anywhere and self.updates >= run.continue_as_new_updates))
 
-    def carry(self, runs: int) -> TreeInput:
+    def carry(self, runs: int, homes: Homes) -> TreeInput:
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
                           violations=list(self.violations), fences_engaged=list(self.engaged), agent_key=self.key,
                           runs=runs + 1, seen=self.seen, **self.residents.carry(), **self.ledger.carry(),
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
-                          quiet=max(0, self.queue.quiet - self.queue.handed))
-        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried)
+                          quiet=max(0, self.queue.quiet - self.queue.handed), **homes.carry())
+        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried,
+                                   home_queue=homes.mine, known_homes=list(homes.known))
 
     def due(self) -> bool:
         """Something for the main loop to do (see `run`)."""

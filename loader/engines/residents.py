@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
+from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.wire import (
     Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
 )
@@ -37,8 +39,9 @@ __all__ = ["Residents"]
 class Residents:
     """The children resident now, those started or resumed, and what each last reported."""
 
-    def __init__(self, input: TreeInput, carried: Carried, *, abandon: bool) -> None:
+    def __init__(self, input: TreeInput, carried: Carried, *, abandon: bool, homes: Homes) -> None:
         self._input = input
+        self._homes = homes  # where each child's log lives (pinning.py)
         self._abandon = abandon  # HANDOVER_PATCH: children start ABANDON and may be restarted
         self._signals: set[asyncio.Task[None]] = set()  # release signals in flight
         self.tasks: dict[str, asyncio.Task[None] | None] = dict.fromkeys(carried.resident)
@@ -56,9 +59,10 @@ class Residents:
     def __iter__(self) -> Iterator[str]:
         return iter(list(self.tasks))
 
-    def add(self, child_id: str, descriptor: dict[str, Any], task: asyncio.Task[None]) -> None:
+    def add(self, child_id: str, descriptor: dict[str, Any], task: asyncio.Task[None],
+            header: dict[str, Any] | None = None) -> None:
         if not any(c.child_id == child_id for c in self.started):
-            self.started.append(ChildRef(child_id=child_id, descriptor=descriptor))
+            self.started.append(ChildRef(child_id=child_id, descriptor=descriptor, header=header))
         self.tasks[child_id] = task
 
     def delivered(self, child_id: str) -> None:
@@ -103,8 +107,9 @@ class Residents:
 
     # -- commands ---------------------------------------------------------------------------
     async def start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
-                    on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
-        """Start the child's epoch `epoch`; returns once it started, its result awaited by a task
+                    on_result: Callable[[str, TreeResult], Awaitable[None]], header: dict[str, Any] | None = None) -> None:
+        """Start the child's epoch `epoch` (pinned to its log's home when a run of this tree heard of
+        it; its create activity finds one otherwise); returns once it started, its result awaited by a task
         that hands it to `on_result` (a failed run is settled from its log first)."""
         me = self._input
         run = me.run
@@ -113,6 +118,9 @@ class Residents:
             parent_id=me.session_id, depth=depth, descriptor=descriptor,
             epoch=epoch, cwd=me.cwd, ancestors=[*me.ancestors, me.session_id],
         )
+        if self._homes.enabled:  # not in the input of a run recorded before HOMES_PATCH
+            child = dataclasses.replace(child, home_queue=self._homes.of(child_id), header=header,
+                                        known_homes=list(self._homes.known))
         # Epoch n of the child is run n under the same id: the default id reuse policy allows a
         # new run once the previous one has closed (a cold resume, SPEC §8.7). ABANDON: the child
         # lives on when this run continues as new (it signals its notice to the current run).
@@ -132,7 +140,7 @@ class Residents:
                 if not self._abandon or attempt == RESTART_TRIES - 1:
                     raise
                 await workflow.sleep(RESTART_WAIT)
-        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)))
+        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)), header)
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[Any, TreeResult], epoch: int,
                        on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
@@ -142,7 +150,7 @@ class Residents:
             # Its run failed, so no turn returned its notice (README "Failed child runs"): the
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
             failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=chain(exc))
-            result = await settle_failed(failed)
+            result = await settle_failed(failed, self._homes.of(child_id))
         await on_result(child_id, result)
 
     async def deliver(self, child_id: str, delivery: Delivery) -> bool:
@@ -181,10 +189,12 @@ RESTART_WAIT = timedelta(milliseconds=200)
 RESTART_TRIES = 50
 
 
-async def settle_failed(failed: FailedRun) -> TreeResult:
-    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log."""
+async def settle_failed(failed: FailedRun, task_queue: str | None = None) -> TreeResult:
+    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log
+    (on the queue of its home; None: the workflow's)."""
     result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
+                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY,
+                                                         task_queue=task_queue)
     return result
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "TURN_TIMEOUT",
     "Delivery",
     "FailedRun",
+    "Homed",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -120,6 +121,12 @@ class TreeInput:
     cwd: str | None = None
     ancestors: list[str] = field(default_factory=list)  # the live lineage above: interrupt authority (§10.2)
     carried: Carried | None = None  # a run continued as new: the bookkeeping of the runs before
+    # Homes (README "Homes"): the queue of the home that holds this session's log (None: not known
+    # yet, its create activity finds one; or workers without a home queue), and the child's header
+    # as its parent's `subagent` made it (its create activity writes it).
+    home_queue: str | None = None
+    header: dict[str, Any] | None = None
+    known_homes: list[str] = field(default_factory=list)  # home queues its parent knew of (pinning.py)
 
 
 @dataclass
@@ -147,6 +154,8 @@ class Carried:
     facts: list[list[Any]] = field(default_factory=list)  # the root: the fence board, in order
     fact_last: list[list[Any]] = field(default_factory=list)  # the root: [publisher, its last fact's index]
     quiet: int = 0  # the first `quiet` deliveries wake no one (a turn that failed for good had them)
+    homes: dict[str, str] = field(default_factory=dict)  # child -> the home queue holding its log
+    tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
 
 
 @dataclass
@@ -155,6 +164,7 @@ class ChildRef:
 
     child_id: str
     descriptor: dict[str, Any]
+    header: dict[str, Any] | None = None  # its log's header (list_agents lists it from any home)
 
 
 @dataclass
@@ -165,6 +175,7 @@ class StartChild:
     descriptor: dict[str, Any]
     prompt: dict[str, Any]  # the prompt message, id included
     depth: int
+    header: dict[str, Any] | None = None  # not written by the caller: the child's create activity writes it
 
 
 @dataclass
@@ -176,6 +187,8 @@ class TurnInput:
     parked: list[str] = field(default_factory=list)  # waking messages the last turn left queued (§10.3)
     children: list[ChildRef] = field(default_factory=list)
     release: bool = False  # the tree releases parked work: cancel the agent, clearing its inbox (§17.2)
+    # Homes: a child's log is made by its own create activity on its own home, not by this turn.
+    children_elsewhere: bool = False
 
 
 @dataclass
@@ -258,6 +271,15 @@ class ResumeFound:
     descriptor: dict[str, Any] | None = None
     depth: int = 0
     epoch: int = 1
+    header: dict[str, Any] | None = None
+
+
+@dataclass
+class Homed:
+    """Activity `dsh.create_session`'s answer: the home queue of the worker that holds the log now
+    (None: a worker without a home queue, every home is the submitter's)."""
+
+    home_queue: str | None = None
 
 
 @dataclass
@@ -337,3 +359,4 @@ class TreeResult:
     released: list[str] = field(default_factory=list)  # the root: parked children released (§17.2)
     budget: dict[str, Any] = field(default_factory=dict)  # the root: RunBudget.summary() of the tree
     output_in_log: bool = False  # the root: `output` is not carried (over NOTICE_LIMIT), its log has it
+    home_queue: str | None = None  # the queue of the home holding this session's log (README "Homes")

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.ledger import ChargeLedger
+    from dsh.loader.engines.pinning import HOMES_PATCH, Homes, pin
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
     from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
@@ -86,7 +87,8 @@ class AgentWorkflow:
         for d in input.deliveries:
             self._queue.accept(d)
         anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
-        self._residents = Residents(input, carried, abandon=anywhere)
+        self._homes = Homes(input, carried, enabled=workflow.patched(HOMES_PATCH))  # where the logs live
+        self._residents = Residents(input, carried, abandon=anywhere, homes=self._homes)
         self._ledger = ChargeLedger(RunLimits(run.max_children, run.max_requests, run.max_tokens_total), carried)
         self._board = FenceBoard(carried.facts, carried.fact_last)  # the root, transcripts with fences
         self._s = Residency(input, carried, self._queue, self._residents, self._ledger, self._board, anywhere=anywhere)
@@ -104,13 +106,15 @@ class AgentWorkflow:
             # and signalled to the parent's current run; the failure then goes on as before, and
             # the parent enters the notice once, by its id, whichever way it comes first.
             failed = FailedRun(home=input.run.home, child_id=input.session_id, epoch=input.epoch, failure=chain(exc))
-            await self._tell_parent(await settle_failed(failed))
+            await self._tell_parent(await settle_failed(failed, self._homes.queue()))
             raise
 
     async def _run(self, input: TreeInput) -> TreeResult:
         carried = input.carried or Carried()
         last: TurnResult | None = None
         queue = self._queue
+        if self._homes.pending():
+            await pin(self._homes, input)  # the log's home, found by its create activity
         while True:
             if self._s.continue_due():
                 await self._handover(carried.runs)
@@ -140,6 +144,7 @@ class AgentWorkflow:
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._s.result(last)
+        result.home_queue = self._homes.mine
         if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
@@ -167,7 +172,7 @@ class AgentWorkflow:
             self._s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._s.continue_due():
-            workflow.continue_as_new(self._s.carry(runs))
+            workflow.continue_as_new(self._s.carry(runs, self._homes))
         self._s.handing_over = False
 
     async def _turn(self, release: bool = False) -> TurnResult:
@@ -178,8 +183,9 @@ class AgentWorkflow:
             last: TurnResult = await workflow.execute_activity(
                 TURN_ACTIVITY,
                 TurnInput(agent=self._input, deliveries=self._queue.after(offset), offset=offset, seq=self._s.turn_seq,
-                          parked=list(self._s.parked), children=list(self._residents.started), release=release),
-                result_type=TurnResult,
+                          parked=list(self._s.parked), children=list(self._residents.started), release=release,
+                          children_elsewhere=self._homes.queue() is not None),
+                result_type=TurnResult, task_queue=self._homes.queue(),
                 start_to_close_timeout=TURN_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=self._input.run.heartbeat_seconds),
                 retry_policy=TURN_RETRY,
@@ -208,7 +214,7 @@ class AgentWorkflow:
         persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
         who = self._input
         settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
-                                                failure=chain(exc)))
+                                                failure=chain(exc)), self._homes.queue())
         self._queue.hush()
         return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
 
@@ -335,13 +341,13 @@ class AgentWorkflow:
             found = await workflow.execute_activity(
                 RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
                 result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
-            )
+                task_queue=self._homes.of(child_id))
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
             if child_id in self._residents:
                 continue  # a parallel send resumed it meanwhile
             assert found.descriptor is not None
-            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch)
+            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch, found.header)
             return Answer(status="started")
 
     @workflow.update
@@ -414,7 +420,7 @@ class AgentWorkflow:
         self._s.updates += 1
         if request.child_id in self._residents:
             return  # a retried turn asked again
-        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
+        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1, request.header)
 
     @workflow.update
     async def start_children(self, requests: list[StartChild]) -> None:
@@ -424,10 +430,22 @@ class AgentWorkflow:
         refused starts at N=300 (issue 12 item 7)."""
         self._s.updates += 1
         fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
-        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
+        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1, r.header)
+                               for r in fresh))
 
-    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
-        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle)
+    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
+                     header: dict[str, Any] | None = None) -> None:
+        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle, header)
+
+    @workflow.signal
+    def homed(self, session_id: str, queue: str) -> None:
+        """A session of the tree found its log a home its parent did not know (the root: the
+        stream reads a page on each home, query `homes`)."""
+        self._homes.learn(session_id, queue)
+
+    @workflow.query
+    def homes(self) -> list[str]:
+        return list(self._homes.tree)
 
     @workflow.signal
     async def settled(self, result: TreeResult) -> None:
@@ -439,6 +457,7 @@ class AgentWorkflow:
         """A child's result entered once: it comes as signal `settled` and, to the run that started
         the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
+        self._homes.learn(child_id, result.home_queue)  # its next epoch and resume check go there
         if not self._residents.enter(key):
             return
         self._s.violations.extend(result.violations)
