@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +27,10 @@ from typing import Any
 
 import pytest
 from temporal_kit import backstopped, client, comparable, records_of, settlement_facts, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import dev_server
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
+from test_faults import DSH, Run
 from test_temporal_engine import COLD_RESUME
 
 from dsh.loader.config import TemporalConfig
@@ -34,6 +40,7 @@ from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest, RunResult
 from dsh.loader.ndjson import RecordStream
 from dsh.loader.sinks import RunSinks
+from dsh.loader.subagents import continuation_message
 from dsh.loader.testing.flow import project
 from dsh.loader.testing.normalize import normalize
 from dsh.loader.testing.runner import Flow, FlowPlan, arun_flow, plan_flow
@@ -260,3 +267,64 @@ async def test_a_cold_resume_runs_the_childs_next_epoch_on_its_home(client: Clie
     # The root's resume check read the child's log: on the child's home too.
     root = await queues_of(client, result.root_session_id)
     assert ("dsh.resume_check", mine) in root
+
+
+# -- a home whose workers are all gone ---------------------------------------------------------------
+
+def home_worker(address: str, queue: str, home: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """`dsh worker --home HOME` in its own process group (a machine of its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
+    env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue)
+    with open(cwd / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:  # a file: a full pipe would stop it
+        return subprocess.Popen([*DSH, "worker", "--home", str(home)], env=env, cwd=cwd, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+async def retried_and_waiting(client: Client, workflow_id: str) -> Any:
+    """The workflow's turn activity, its worker dead, rescheduled (attempt 2) and not started: a
+    state of the server's, read until it holds (a wait for it, not an ordering)."""
+    handle = client.get_workflow_handle(workflow_id)
+    while True:
+        pending = (await handle.describe()).raw_description.pending_activities
+        turn = [p for p in pending if p.activity_type.name == "dsh.turn"]
+        if turn and turn[0].attempt >= 2:
+            return turn[0]
+        await asyncio.sleep(0.1)  # polling a server state; the heartbeat timeout moves it (2 s)
+
+
+async def test_a_home_whose_worker_died_waits_for_a_worker_of_that_home_and_its_sessions_resume(
+    tmp_path: Path
+) -> None:
+    """The tree (root and child) is on home `b`, served by one `dsh worker --home b`, SIGKILLed while
+    the child's turn is held (test_faults' scenario). A worker on another home (`a`) serves the
+    shared queue meanwhile: the child's retried turn is pinned to b's queue, so it waits there
+    (scheduled, not started) and a never sees the tree; a new worker on b takes it and the tree
+    completes as after any worker's death, every message once, every log whole on b."""
+    async with dev_server() as client:
+        address = client.service_client.config.target_host
+        queue = f"home-kill-{uuid.uuid4().hex[:8]}"
+        run = Run(tmp_path, queue)  # its home: b's, the client reads it there
+        elsewhere = tmp_path / "a"
+        first = home_worker(address, queue, run.home, tmp_path)
+        try:
+            task = await run.start(client)
+            await run.until_held(client)
+            os.killpg(first.pid, signal.SIGKILL)
+            assert await asyncio.to_thread(first.wait) == -signal.SIGKILL
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+        [child] = [p.parent.name for p in (run.home / "sessions").glob("*/session.jsonl") if p.parent.name != run.root_id]
+        async with make_worker(await Client.connect(address), queue, home=elsewhere):
+            waiting = await asyncio.wait_for(retried_and_waiting(client, agent_workflow_id(run.root_id, child)), BACKSTOP)
+            assert waiting.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+            assert not task.done()
+            second = home_worker(address, queue, run.home, tmp_path)
+            try:
+                result = await asyncio.wait_for(task, BACKSTOP)
+            finally:
+                second.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(second.wait, 60)
+        assert sessions_in(elsewhere) == set()
+        assert sessions_in(run.home) == {run.root_id, child}
+    run.assert_exactly_once(result, [{"kind": "user"}, continuation_message()["source"]], [1, 2])
