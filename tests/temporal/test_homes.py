@@ -30,6 +30,7 @@ from temporal_kit import backstopped, client, comparable, records_of, settlement
 from temporal_kit import dev_server
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
+from temporalio.worker import Replayer
 from test_faults import DSH, Run
 from test_temporal_engine import COLD_RESUME
 
@@ -37,6 +38,7 @@ from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.homes import home_id, home_queue
 from dsh.loader.engines.wire import agent_workflow_id
 from dsh.loader.engines.worker import make_worker
+from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.headless import RunRequest, RunResult
 from dsh.loader.ndjson import RecordStream
 from dsh.loader.sinks import RunSinks
@@ -49,6 +51,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 BACKSTOP = 120.0
 FANOUT = 20
+HISTORIES = Path(__file__).parent / "histories"
 
 
 def fanout(n: int) -> dict[str, Any]:
@@ -267,6 +270,15 @@ async def test_a_cold_resume_runs_the_childs_next_epoch_on_its_home(client: Clie
     # The root's resume check read the child's log: on the child's home too.
     root = await queues_of(client, result.root_session_id)
     assert ("dsh.resume_check", mine) in root
+    # Pinned runs replay: the root and the child's three epochs are test_replay.py's
+    # `homes-cold-resume.*` (`DSH_RECORD_HISTORIES=1 pytest -n 0 -k cold_resume tests/temporal/test_homes.py`).
+    runs = [(result.root_session_id, None), *((workflow_id, r) for r in [first, *later])]
+    for n, (wid, run_id) in enumerate(runs):
+        history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
+        assert (await Replayer(workflows=[AgentWorkflow]).replay_workflow(history)).replay_failure is None
+        if os.environ.get("DSH_RECORD_HISTORIES"):
+            (HISTORIES / f"homes-cold-resume.{n}.json").write_text(
+                json.dumps({"workflowId": wid, "history": history.to_json_dict()}, indent=1) + "\n")
 
 
 # -- a home whose workers are all gone ---------------------------------------------------------------

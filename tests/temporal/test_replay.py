@@ -33,7 +33,11 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             # a child's turn failing for good with its child resident (test_failed_child_tree.py)
             "failed-turn-with-child.1.json",
             # one page of the stream over the server: the reader workflow (test_server_stream.py)
-            "stream-page.0.json"} <= names
+            "stream-page.0.json", "v1-stream-page.0.json",
+            # a tree on two homes, each session pinned to its home's queue, a child cold-resumed
+            # twice on its home (test_homes.py)
+            "homes-cold-resume.0.json", "homes-cold-resume.3.json",
+            "v3-continued-as-new.3.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
