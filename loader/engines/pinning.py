@@ -85,6 +85,15 @@ class Homes:
         one; a child whose home this run never heard of, e.g. one of an earlier epoch)."""
         return self.children.get(child_id) if self.enabled else None
 
+    def checks(self, child_id: str) -> list[str | None]:
+        """Where to look for a child's log before a cold resume: its home when known, else each home
+        this run knows of in turn (a parent in a later epoch never heard its earlier children's);
+        None: the shared queue (disabled, or no home known)."""
+        known = self.of(child_id)
+        if known is not None:
+            return [known]
+        return list(self.known) if self.enabled and self.known else [None]
+
     def carry(self) -> dict[str, Any]:
         """The `Carried` fields of the table."""
         return {"homes": dict(self.children), "tree_homes": list(self.tree)}

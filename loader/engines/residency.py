@@ -109,6 +109,13 @@ class Residency:
             return not self.residents
         return self.queue.waking() or self.release_due() or (not self.residents and not self.parked)
 
+    def status(self) -> str:
+        if self.closing:
+            return "ready"
+        if self.running or self.queue.waking():
+            return "running"
+        return "parked" if self.parked else "idle"
+
     def stall_state(self) -> ChildState:
         """Stalled: no turn runs, nothing waking is pending, and the agent is parked or waits only
         on stalled children (every resident descendant parked or waiting on parked ones)."""

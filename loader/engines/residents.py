@@ -29,8 +29,10 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.pinning import Homes
+from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
-    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
+    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, TurnResult, agent_workflow_id,
+    child_workflow_id,
 )
 
 __all__ = ["Residents"]
@@ -205,3 +207,24 @@ def chain(exc: BaseException | None) -> str:
         parts.append(str(getattr(exc, "message", "") or type(exc).__name__))
         exc = exc.__cause__
     return ": ".join(parts)
+
+
+async def to_parent(me: TreeInput, signal: str, arg: Any) -> None:
+    """Signal `signal` (a handler of `dsh.agent`, by its registered name) to the parent's workflow,
+    the run current now."""
+    assert me.parent_id is not None
+    await workflow.get_external_workflow_handle(agent_workflow_id(me.run.root_id, me.parent_id)).signal(signal, arg)
+
+
+async def failed_turn(who: TreeInput, exc: BaseException, queue: DeliveryQueue, parked: list[str],
+                      task_queue: str | None) -> TurnResult:
+    """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
+    children resident: as the local engine's child whose turn ends `error`, it stays resident
+    (it owns children), their notices reach it and wake its next turn. The failure is written
+    as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
+    turn was handed stays pending for the next turn but wakes no one again, so a failure that
+    persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
+    settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
+                                            failure=chain(exc)), task_queue)
+    queue.hush()
+    return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(parked))

@@ -272,6 +272,7 @@ class ResumeFound:
     depth: int = 0
     epoch: int = 1
     header: dict[str, Any] | None = None
+    home_queue: str | None = None  # the home queue of the worker that found the log (README "Homes")
 
 
 @dataclass

@@ -54,6 +54,7 @@ from dsh.loader.engines.wire import (
 )
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigError
+from dsh.loader.session import SessionStore
 
 if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
@@ -317,13 +318,18 @@ class TurnActivities:
     @activity.defn(name="dsh.resume_check")
     async def resume_check(self, check: ResumeCheck) -> ResumeFound:
         """The cold-resume header checks (backends.resume_check), off the event loop."""
-        return await asyncio.to_thread(resume_check, dataclasses.replace(check, home=self._at_home(check.home)))
+        found = await asyncio.to_thread(resume_check, dataclasses.replace(check, home=self._at_home(check.home)))
+        if found.code is None:
+            found.home_queue = self.home_queue  # the log is here: the next epoch runs here
+        return found
 
     @activity.defn(name="dsh.settle_failed")
     async def settle_failed(self, failed: FailedRun) -> TreeResult:
         """A child's failed run, settled from its log (settle.py)."""
-        settled = await settle_failed(dataclasses.replace(failed, home=self._at_home(failed.home)))
-        settled.home_queue = self.home_queue
+        home = self._at_home(failed.home)
+        settled = await settle_failed(dataclasses.replace(failed, home=home))
+        if SessionStore(Path(home)).exists(failed.child_id):  # else settled from the failure alone
+            settled.home_queue = self.home_queue
         return settled
 
     @activity.defn(name="dsh.stream_page")

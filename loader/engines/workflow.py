@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         TreeResult,
         TurnInput,
         TurnResult,
-        agent_workflow_id,
         child_workflow_id,
     )
     from dsh.loader.engines.board import FenceBoard
@@ -55,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.pinning import HOMES_PATCH, Homes, pin
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
-    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, settle_failed
+    from dsh.loader.engines.residents import TURN_RETRY, Residents, chain, failed_turn, settle_failed, to_parent
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
@@ -153,13 +152,11 @@ class AgentWorkflow:
         """The notice to the parent's current run (it may have continued as new since it started
         this one, and a closed run's child result goes nowhere); the parent enters it once, by its
         notice id, whichever of this signal and the result comes first."""
-        input = self._input
-        assert input.parent_id is not None
-        target = agent_workflow_id(input.run.root_id, input.parent_id)
         try:
-            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.settled, result)
+            await to_parent(self._input, "settled", result)
         except Exception:  # the parent's run has ended (never while this child is resident)
-            workflow.logger.warning("the parent %s of %s has no running workflow", target, input.session_id)
+            workflow.logger.warning("the parent %s of %s has no running workflow", self._input.parent_id,
+                                    self._input.session_id)
 
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
     async def _handover(self, runs: int) -> None:
@@ -194,7 +191,7 @@ class AgentWorkflow:
             self._s.running = False
             if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
                 raise
-            last = await self._failed_turn(exc)
+            last = await failed_turn(self._input, exc, self._queue, self._s.parked, self._homes.queue())
         finally:
             self._s.running = False
         self._s.ended += 1
@@ -205,26 +202,10 @@ class AgentWorkflow:
         self._s.key = last.agent_key or self._s.key
         return last
 
-    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
-        """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
-        children resident: as the local engine's child whose turn ends `error`, it stays resident
-        (it owns children), their notices reach it and wake its next turn. The failure is written
-        as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
-        turn was handed stays pending for the next turn but wakes no one again, so a failure that
-        persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
-        who = self._input
-        settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
-                                                failure=chain(exc)), self._homes.queue())
-        self._queue.hush()
-        return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
-
     # -- parking and release (SPEC §10.3, §17.2) -------------------------------------------
     async def _stall_report(self) -> None:
-        assert self._input.parent_id is not None
-        state = self._s.stall_state()
-        self._s.told_stalled = state
-        target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
-        await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.child_state, state)
+        self._s.told_stalled = state = self._s.stall_state()
+        await to_parent(self._input, "child_state", state)
 
     def _release(self) -> None:
         """drain_descendants on Temporal: every resident child cancels, clearing its queue, and
@@ -246,11 +227,7 @@ class AgentWorkflow:
     def status(self) -> str:
         """`list_agents`' status of this agent (§12.2): `ready` once its run is closing (a query
         of a closed run replays to its end), else running, parked or idle (resident otherwise)."""
-        if self._s.closing:
-            return "ready"
-        if self._s.running or self._queue.waking():
-            return "running"
-        return "parked" if self._s.parked else "idle"
+        return self._s.status()
 
     @workflow.query
     def view(self) -> AgentView:
@@ -338,10 +315,14 @@ class AgentWorkflow:
                     return Answer(status="delivered")
                 await workflow.wait_condition(lambda: child_id not in self._residents)  # LOST: its result is on the way
                 continue
-            found = await workflow.execute_activity(
-                RESUME_ACTIVITY, ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id),
-                result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
-                task_queue=self._homes.of(child_id))
+            check = ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id)
+            for queue in self._homes.checks(child_id):  # its home, else each home known until one has its log
+                found = await workflow.execute_activity(
+                    RESUME_ACTIVITY, check, result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT,
+                    retry_policy=TURN_RETRY, task_queue=queue)
+                if found.text != "T-ERR-NOT-FOUND":
+                    break
+            self._homes.learn(child_id, found.home_queue)
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
             if child_id in self._residents:
@@ -359,8 +340,7 @@ class AgentWorkflow:
         self._s.updates += 1
         self._s.calls += 1
         try:
-            target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
-            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
+            await to_parent(self._input, "deliver", delivery)
         finally:
             self._s.calls -= 1
 
