@@ -25,7 +25,7 @@ def worker(
         "--overlay", metavar="NAME", help="Overlay name or path (repeatable).")] = None,
     home: Annotated[Optional[Path], typer.Option(
         "--home", metavar="DIR",
-        help="The trees' storage root on this machine, shared by every worker (default: each run's --home).")] = None,
+        help="The trees' storage root on this machine, shared by the workers on it; they also serve its home queue (default: each run's --home).")] = None,
 ) -> None:
     """Run a Temporal worker for dsh agent trees (engine: temporal) until Ctrl-C."""
     import asyncio

@@ -149,6 +149,7 @@ TEXTS: dict[str, str] = {
     # Issue 12 (the Temporal engine, first slice): what it cannot run yet, said instead of guessed.
     "T-ENGINE-REPLAY-ONLY": "the Temporal engine cannot carry an in-process provider to its workers; use the configured model or --transcript NAME",
     "T-ENGINE-NO-LIVE": "this worker has no live model settings; start it with `dsh worker` (its model.* configuration and key)",
+    "T-ENGINE-HOME-ID": "{path} is not a readable home id (a symbolic link, or empty); remove it and start the worker again",
     "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
     "T-ENGINE-NOTICE-TOO-LARGE": "[the last reply of {id} is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-RUN-FAILED": "its Temporal run failed (its log shows how far it got: dsh sessions show {id}): {detail}",

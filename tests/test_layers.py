@@ -130,13 +130,15 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
-ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0, "queue": 1,
-                                "board": 1, "ledger": 1, "calls": 1, "residents": 2, "residency": 3, "endings": 4,
-                                "workflow": 5, "reader": 1, "projection": 1, "settle": 1, "recording": 1,
-                                "backends": 2, "turn": 3, "stream": 3, "client": 6, "control": 6, "worker": 7}
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0,
+                                "homes": 0, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
+                                "residents": 2, "residency": 3, "endings": 4, "workflow": 5, "reader": 1,
+                                "projection": 1, "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3,
+                                "client": 6, "control": 6, "worker": 7}
 # Workflow code: the workflow class and the state it keeps (the SDK does not inherit handler
 # decorators, so the handlers stay on the class and the state and its rules are plain classes).
-WORKFLOW_SIDE = ["patches", "queue", "board", "ledger", "calls", "residents", "residency", "endings", "workflow"]
+WORKFLOW_SIDE = ["patches", "queue", "board", "ledger", "calls", "pinning", "residents", "residency", "endings",
+                 "workflow"]
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():

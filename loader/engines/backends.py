@@ -77,12 +77,16 @@ class WorkflowDelegation:
     is bound when it is started, so `{{child:...}}` resolves in the steps that follow."""
 
     def __init__(self, link: WorkflowLink, config: ManagerConfig, root_id: str, store: SessionStore,
-                 bind: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 bind: Callable[[str, dict[str, Any]], None] | None = None,
+                 listed: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> None:
         self.link = link
         self.config = config
         self.root_id = root_id
         self.store = store
         self.bind = bind
+        # Homes (README "Homes"): a child's log is made by its own create activity on its own home,
+        # from the header made here; `listed` lists it meanwhile. None: written here, as before.
+        self.listed = listed
 
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
@@ -92,18 +96,21 @@ class WorkflowDelegation:
         child_id = new_child_id()
         descriptor = self.config.descriptor("continuable", label, spawn_call_id)
         message = user_message(prompt, {"kind": "user"})
-        # The durable child session as the manager makes it (§8.2: header, then the descriptor),
-        # before the workflow starts: `list_agents` and `dsh interrupt` find it at once; the
-        # child's first turn loads it.
-        session = await self.store.create(make_header(
-            child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth, cwd=parent.header.get("cwd")))
-        try:
-            session.append("subagent/descriptor", descriptor)
-        finally:
-            await self.store.close(session)
-        await self.link.start_child(
-            StartChild(child_id=child_id, descriptor=descriptor, prompt=plain(message), depth=depth)
-        )
+        header = make_header(child_id, parent_session=parent.id, origin="subagent", delegation_depth=depth,
+                             cwd=parent.header.get("cwd"))
+        if self.listed is None:
+            # The durable child session as the manager makes it (§8.2: header, then the descriptor),
+            # before the workflow starts: `list_agents` and `dsh interrupt` find it at once; the
+            # child's first turn loads it.
+            session = await self.store.create(header)
+            try:
+                session.append("subagent/descriptor", descriptor)
+            finally:
+                await self.store.close(session)
+        else:
+            self.listed(header, descriptor)  # its log: made by its create activity, on its home
+        await self.link.start_child(StartChild(child_id=child_id, descriptor=descriptor, prompt=plain(message),
+                                               depth=depth, header=header if self.listed is not None else None))
         if self.bind is not None:
             self.bind(child_id, descriptor)
         return child_id, str(message["id"])
@@ -159,4 +166,4 @@ def resume_check(check: ResumeCheck) -> ResumeFound:
         return ResumeFound(code="NOT_RESUMABLE", text="T-ERR-NOT-CONTINUABLE")
     depth = found.header.get("delegationDepth")
     return ResumeFound(descriptor=dict(descriptor), depth=depth if isinstance(depth, int) else 1,
-                       epoch=next_epoch(found.events))
+                       epoch=next_epoch(found.events), header=dict(found.header))

@@ -32,36 +32,43 @@ CLOSED_ACTIVITY = "dsh.await_closed"
 CLOSED_HEARTBEAT = timedelta(seconds=30)
 
 
-def run_turn(spec: TurnInput) -> Awaitable[TurnResult]:
-    """Activity `dsh.turn` (turn.py): one turn of the agent, heartbeating per model chunk. Not
-    awaited here: a child's run shields it from a cancel by hand (`RunEnds._shielded`)."""
+def run_turn(spec: TurnInput, task_queue: str | None = None) -> Awaitable[TurnResult]:
+    """Activity `dsh.turn` (turn.py): one turn of the agent, heartbeating per model chunk, on the
+    queue of its log's home (None: the workflow's; pinning.py). Not awaited here: a child's run
+    shields it from a cancel by hand (`RunEnds._shielded`)."""
     return workflow.execute_activity(
-        TURN_ACTIVITY, spec, result_type=TurnResult, start_to_close_timeout=TURN_TIMEOUT,
+        TURN_ACTIVITY, spec, result_type=TurnResult, start_to_close_timeout=TURN_TIMEOUT, task_queue=task_queue,
         heartbeat_timeout=timedelta(seconds=spec.agent.run.heartbeat_seconds), retry_policy=TURN_RETRY)
 
 
-async def resume_check(check: ResumeCheck) -> ResumeFound:
-    """Activity `dsh.resume_check` (backends.py): the cold-resume header checks, read-only."""
+async def resume_check(check: ResumeCheck, task_queue: str | None = None) -> ResumeFound:
+    """Activity `dsh.resume_check` (backends.py): the cold-resume header checks, read-only, on the
+    queue of the home that may hold the child's log."""
     found: ResumeFound = await workflow.execute_activity(
-        RESUME_ACTIVITY, check, result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY)
+        RESUME_ACTIVITY, check, result_type=ResumeFound, start_to_close_timeout=RESUME_TIMEOUT, retry_policy=TURN_RETRY,
+        task_queue=task_queue)
     return found
 
 
-async def settle_failed(failed: FailedRun) -> TreeResult:
-    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log."""
+async def settle_failed(failed: FailedRun, task_queue: str | None = None) -> TreeResult:
+    """Activity `dsh.settle_failed` (settle.py): the failed epoch's `error` notice, from its log
+    (on the queue of its home; None: the workflow's)."""
     result: TreeResult = await workflow.execute_activity(SETTLE_ACTIVITY, failed, result_type=TreeResult,
-                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
+                                                         start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY,
+                                                         task_queue=task_queue)
     return result
 
 
-async def enter_leftovers(leftovers: Leftovers) -> None:
-    """Activity `dsh.enter_leftovers` (settle.py): unread deliveries, into a log as injects."""
-    await workflow.execute_activity(LEFTOVERS_ACTIVITY, leftovers, result_type=int,
+async def enter_leftovers(leftovers: Leftovers, task_queue: str | None = None) -> None:
+    """Activity `dsh.enter_leftovers` (settle.py): unread deliveries, into a log as injects (on the
+    queue of that log's home)."""
+    await workflow.execute_activity(LEFTOVERS_ACTIVITY, leftovers, result_type=int, task_queue=task_queue,
                                     start_to_close_timeout=SETTLE_TIMEOUT, retry_policy=TURN_RETRY)
 
 
 async def await_closed(workflow_ids: list[str]) -> None:
-    """Activity `dsh.await_closed` (worker.py): returns once each workflow's run has closed."""
+    """Activity `dsh.await_closed` (worker.py): returns once each workflow's run has closed (it
+    reads no log, so any worker on the shared queue takes it)."""
     await workflow.execute_activity(CLOSED_ACTIVITY, workflow_ids, start_to_close_timeout=TURN_TIMEOUT,
                                     heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=TURN_RETRY)
 

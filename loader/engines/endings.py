@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 
 from dsh.loader.engines.calls import chain, enter_leftovers, settle_failed
 from dsh.loader.engines.patches import ORPHANS_PATCH
+from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.residency import Residency
 from dsh.loader.engines.residents import Residents
@@ -31,6 +32,7 @@ class RunEnds:
     """The agent workflow's hand-over and ending commands over its state (set by the subclass)."""
 
     _input: TreeInput
+    _homes: Homes
     _queue: DeliveryQueue
     _residents: Residents
     _s: Residency
@@ -52,7 +54,7 @@ class RunEnds:
             if result.notice is not None and workflow.patched(ORPHANS_PATCH):
                 # As the local teardown of that parent would have: the notice enters its log, unread.
                 await enter_leftovers(Leftovers(home=input.run.home, session_id=input.parent_id,
-                                                messages=[result.notice]))
+                                                messages=[result.notice]), input.parent_queue)
 
     async def _drain(self) -> None:
         """A root whose turn failed for good: the local engine's end of a run with children
@@ -63,7 +65,8 @@ class RunEnds:
         await workflow.wait_condition(lambda: not self._residents)
         who = self._input
         unread = [d.message for d in self._queue.pending()]
-        await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread))
+        await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread),
+                              self._homes.queue())
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
 
@@ -78,7 +81,7 @@ class RunEnds:
             self._s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._s.continue_due():
-            workflow.continue_as_new(self._s.carry(runs))
+            workflow.continue_as_new(self._s.carry(runs, self._homes))
         self._s.handing_over = False
 
     # -- a turn that does not return --------------------------------------------------------
@@ -102,7 +105,7 @@ class RunEnds:
         persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
         who = self._input
         settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
-                                                failure=chain(exc)))
+                                                failure=chain(exc)), self._homes.queue())
         self._queue.hush()
         return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(self._s.parked))
 

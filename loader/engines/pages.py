@@ -36,10 +36,13 @@ class Cursor:
     `sessions`: `[session_id, parent index or -1 for the root, byte offset]` in reading order (the
     order sessions joined the tree); an offset is at a line boundary except inside a line longer
     than a page. `at`: 0 when the next page starts a new pass (with a scan for new sessions), else
-    one more than the index of the session where a pass cut short by a full page goes on."""
+    one more than the index of the session where a pass cut short by a full page goes on.
+    `home`: with several homes (`PageAsk.queues`), the one the next page starts on; a pass goes
+    over every home in turn with this one cursor (each log is in one home, the others have none)."""
 
     sessions: list[list[Any]] = field(default_factory=list)
     at: int = 0
+    home: int = 0
 
 
 @dataclass
@@ -52,6 +55,9 @@ class PageAsk:
     wait_seconds: float = 0.0  # with nothing new, wait up to this long for a line (a long-poll)
     max_bytes: int = PAGE_BYTES
     max_lines: int = PAGE_LINES
+    # The home queues of the tree's sessions (the root's query `homes`): the reader reads a page on
+    # each in turn (README "Homes"). Empty: one page on the workers' shared queue, as before.
+    queues: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -61,3 +67,4 @@ class Page:
 
     pieces: list[list[Any]]
     cursor: Cursor
+    spent: list[int] = field(default_factory=lambda: [0, 0])  # [log bytes, lines] of the page's budget

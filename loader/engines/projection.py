@@ -71,9 +71,9 @@ def read_page(sessions_dir: Path, root_id: str, cursor: Cursor, headers: dict[st
             pieces.append([index, base64.b64encode(data).decode("ascii")])
             sessions[index][2] = int(offset) + len(data)
         if budget[0] <= 0 or budget[1] <= 0:  # full: the pass goes on from here next page
-            return Page(pieces, Cursor(sessions, at=index + 1))
+            return Page(pieces, Cursor(sessions, at=index + 1), spent=[max_bytes, max_lines])
     pieces.append([PASS_END, ""])
-    return Page(pieces, Cursor(sessions, at=0))
+    return Page(pieces, Cursor(sessions, at=0), spent=[max_bytes - budget[0], max_lines - budget[1]])
 
 
 def has_lines(page: Page) -> bool:

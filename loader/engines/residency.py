@@ -26,6 +26,7 @@ from temporalio import workflow
 
 from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
+from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residents import Residents
 from dsh.loader.engines.wire import AgentView, Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
@@ -93,13 +94,14 @@ class Residency:
         # turn takes them first, and the run continues after it).
         return due and not (self.paged and self.queue.pending_bytes() > PAGE_BYTES)
 
-    def carry(self, runs: int) -> TreeInput:
+    def carry(self, runs: int, homes: Homes) -> TreeInput:
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
                           violations=list(self.violations), fences_engaged=list(self.engaged), agent_key=self.key,
                           runs=runs + 1, seen=self.seen, **self.residents.carry(), **self.ledger.carry(),
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
-                          quiet=max(0, self.queue.quiet - self.queue.handed))
-        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried)
+                          quiet=max(0, self.queue.quiet - self.queue.handed), **homes.carry())
+        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried,
+                                   home_queue=homes.mine, known_homes=list(homes.known))
 
     def due(self) -> bool:
         """Something for the main loop to do (see `run`)."""

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -28,8 +29,11 @@ from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.calls import await_closed, chain, settle_failed
 from dsh.loader.engines.patches import ORPHANS_PATCH
+from dsh.loader.engines.pinning import Homes
+from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
-    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, child_workflow_id,
+    Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, TurnResult, agent_workflow_id,
+    child_workflow_id,
 )
 
 __all__ = ["Residents"]
@@ -38,8 +42,9 @@ __all__ = ["Residents"]
 class Residents:
     """The children resident now, those started or resumed, and what each last reported."""
 
-    def __init__(self, input: TreeInput, carried: Carried, *, abandon: bool) -> None:
+    def __init__(self, input: TreeInput, carried: Carried, *, abandon: bool, homes: Homes) -> None:
         self._input = input
+        self._homes = homes  # where each child's log lives (pinning.py)
         self._abandon = abandon  # HANDOVER_PATCH: children start ABANDON and may be restarted
         self._signals: set[asyncio.Task[None]] = set()  # release signals in flight
         self.tasks: dict[str, asyncio.Task[None] | None] = dict.fromkeys(carried.resident)
@@ -57,9 +62,10 @@ class Residents:
     def __iter__(self) -> Iterator[str]:
         return iter(list(self.tasks))
 
-    def add(self, child_id: str, descriptor: dict[str, Any], task: asyncio.Task[None]) -> None:
+    def add(self, child_id: str, descriptor: dict[str, Any], task: asyncio.Task[None],
+            header: dict[str, Any] | None = None) -> None:
         if not any(c.child_id == child_id for c in self.started):
-            self.started.append(ChildRef(child_id=child_id, descriptor=descriptor))
+            self.started.append(ChildRef(child_id=child_id, descriptor=descriptor, header=header))
         self.tasks[child_id] = task
 
     def delivered(self, child_id: str) -> None:
@@ -104,8 +110,9 @@ class Residents:
 
     # -- commands ---------------------------------------------------------------------------
     async def start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
-                    on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
-        """Start the child's epoch `epoch`; returns once it started, its result awaited by a task
+                    on_result: Callable[[str, TreeResult], Awaitable[None]], header: dict[str, Any] | None = None) -> None:
+        """Start the child's epoch `epoch` (pinned to its log's home when a run of this tree heard of
+        it; its create activity finds one otherwise); returns once it started, its result awaited by a task
         that hands it to `on_result` (a failed run is settled from its log first)."""
         me = self._input
         run = me.run
@@ -114,6 +121,9 @@ class Residents:
             parent_id=me.session_id, depth=depth, descriptor=descriptor,
             epoch=epoch, cwd=me.cwd, ancestors=[*me.ancestors, me.session_id],
         )
+        if self._homes.enabled:  # not in the input of a run recorded before HOMES_PATCH
+            child = dataclasses.replace(child, home_queue=self._homes.of(child_id), header=header,
+                                        known_homes=list(self._homes.known), parent_queue=self._homes.queue())
         # Epoch n of the child is run n under the same id: the default id reuse policy allows a
         # new run once the previous one has closed (a cold resume, SPEC §8.7). ABANDON: the child
         # lives on when this run continues as new (it signals its notice to the current run).
@@ -133,7 +143,7 @@ class Residents:
                 if not self._abandon or attempt == RESTART_TRIES - 1:
                     raise
                 await workflow.sleep(RESTART_WAIT)
-        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)))
+        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)), header)
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[Any, TreeResult], epoch: int,
                        on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
@@ -143,7 +153,7 @@ class Residents:
             # Its run failed, so no turn returned its notice (README "Failed child runs"): the
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
             failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=chain(exc))
-            result = await settle_failed(failed)
+            result = await settle_failed(failed, self._homes.of(child_id))
             if result.spawned and workflow.patched(ORPHANS_PATCH):
                 # A run terminated by hand drained none of its children: release each that its
                 # log names (a closed one ignores it); each notice enters that child's log.
@@ -182,3 +192,24 @@ WORKFLOW_TYPE = "dsh.agent"
 # long between start attempts (a workflow timer, deterministic), at most RESTART_TRIES times.
 RESTART_WAIT = timedelta(milliseconds=200)
 RESTART_TRIES = 50
+
+
+async def to_parent(me: TreeInput, signal: str, arg: Any) -> None:
+    """Signal `signal` (a handler of `dsh.agent`, by its registered name) to the parent's workflow,
+    the run current now."""
+    assert me.parent_id is not None
+    await workflow.get_external_workflow_handle(agent_workflow_id(me.run.root_id, me.parent_id)).signal(signal, arg)
+
+
+async def failed_turn(who: TreeInput, exc: BaseException, queue: DeliveryQueue, parked: list[str],
+                      task_queue: str | None) -> TurnResult:
+    """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
+    children resident: as the local engine's child whose turn ends `error`, it stays resident
+    (it owns children), their notices reach it and wake its next turn. The failure is written
+    as the turn's error end (`dsh.settle_failed`: once, the epoch's would-be notice); what the
+    turn was handed stays pending for the next turn but wakes no one again, so a failure that
+    persists costs one turn per later waking delivery, never a loop (README "Failed child runs")."""
+    settled = await settle_failed(FailedRun(home=who.run.home, child_id=who.session_id, epoch=who.epoch,
+                                            failure=chain(exc)), task_queue)
+    queue.hush()
+    return TurnResult(taken=0, stop_reason=settled.stop_reason, notice=settled.notice, parked=list(parked))

@@ -39,6 +39,9 @@ StreamMode = Literal["auto", "home", "server"]
 LONG_POLL = 5.0
 # A reader workflow that nobody answers (no worker at all) gives up after this.
 PAGE_RUN = timedelta(minutes=10)
+# The root's query `homes` (the tree's home queues) before a page; with no worker answering it
+# the page goes to the shared queue.
+HOMES_RPC = timedelta(seconds=10)
 
 
 class Feed:
@@ -101,11 +104,24 @@ class ServerFeed(Feed):
         self.pages = 0
         self.max_bytes, self.max_lines, self.long_poll = max_bytes, max_lines, long_poll
 
-    async def page(self, wait: float) -> Page:
-        """The next page from the current cursor (not yet fed)."""
+    async def homes(self) -> list[str]:
+        """The home queues of the tree's sessions, as the root heard of them (README "Homes");
+        [] before homes (or before the root's first activity): the shared queue."""
+        try:
+            found: list[str] = await self.client.get_workflow_handle(self.projection.root_id).query(
+                "homes", result_type=list[str], rpc_timeout=HOMES_RPC)
+        except Exception as exc:  # a root of a worker without homes, or not started yet
+            logger.debug("no homes of %s: %r", self.projection.root_id, exc)
+            return []
+        return found
+
+    async def page(self, wait: float, queues: list[str] | None = None) -> Page:
+        """The next page from the current cursor (not yet fed), read on each of the tree's homes."""
+        if queues is None:
+            queues = await self.homes()
         self.pages += 1
         ask = PageAsk(home=self.home, root_id=self.projection.root_id, cursor=self.cursor, wait_seconds=wait,
-                      max_bytes=self.max_bytes, max_lines=self.max_lines)
+                      max_bytes=self.max_bytes, max_lines=self.max_lines, queues=queues)
         return await self.client.execute_workflow(
             StreamReader.run, ask, id=stream_workflow_id(self.projection.root_id, self.reader, self.pages),
             task_queue=self.task_queue, execution_timeout=PAGE_RUN)
@@ -125,10 +141,18 @@ class ServerFeed(Feed):
             self.feed(asked.result())
 
     async def drain(self) -> None:
+        """Complete passes until one brings nothing new: on several homes a session read on a later
+        home may have children on an earlier one, found the pass after (one pass on one home)."""
+        queues = await self.homes()
         while True:
-            page = await self.page(0.0)
-            self.feed(page)
-            if page.cursor.at == 0:
+            fresh = False
+            while True:
+                page = await self.page(0.0, queues)
+                self.feed(page)
+                fresh = fresh or has_lines(page)
+                if page.cursor.at == 0 and page.cursor.home == 0:
+                    break
+            if len(queues) <= 1 or not fresh:
                 return
 
     def logs(self) -> dict[str, ReadResult]:

@@ -30,6 +30,7 @@ __all__ = [
     "Delivery",
     "FailedRun",
     "Leftovers",
+    "Homed",
     "RunSpec",
     "StartChild",
     "TreeInput",
@@ -121,6 +122,13 @@ class TreeInput:
     cwd: str | None = None
     ancestors: list[str] = field(default_factory=list)  # the live lineage above: interrupt authority (§10.2)
     carried: Carried | None = None  # a run continued as new: the bookkeeping of the runs before
+    # Homes (README "Homes"): the queue of the home that holds this session's log (None: not known
+    # yet, its create activity finds one; or workers without a home queue), and the child's header
+    # as its parent's `subagent` made it (its create activity writes it).
+    home_queue: str | None = None
+    header: dict[str, Any] | None = None
+    known_homes: list[str] = field(default_factory=list)  # home queues its parent knew of (pinning.py)
+    parent_queue: str | None = None  # the home queue of the parent's log (a notice its closed run never read)
 
 
 @dataclass
@@ -148,6 +156,8 @@ class Carried:
     facts: list[list[Any]] = field(default_factory=list)  # the root: the fence board, in order
     fact_last: list[list[Any]] = field(default_factory=list)  # the root: [publisher, its last fact's index]
     quiet: int = 0  # the first `quiet` deliveries wake no one (a turn that failed for good had them)
+    homes: dict[str, str] = field(default_factory=dict)  # child -> the home queue holding its log
+    tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
 
 
 @dataclass
@@ -156,6 +166,7 @@ class ChildRef:
 
     child_id: str
     descriptor: dict[str, Any]
+    header: dict[str, Any] | None = None  # its log's header (list_agents lists it from any home)
 
 
 @dataclass
@@ -166,6 +177,7 @@ class StartChild:
     descriptor: dict[str, Any]
     prompt: dict[str, Any]  # the prompt message, id included
     depth: int
+    header: dict[str, Any] | None = None  # not written by the caller: the child's create activity writes it
 
 
 @dataclass
@@ -180,6 +192,8 @@ class TurnInput:
     # Deliveries pending past `deliveries` (a page: PAGE_BYTES), fetched by the turn's poll before
     # it sends any, so a turn starts with every pending one, as by value (README "Large payloads").
     more: int = 0
+    # Homes: a child's log is made by its own create activity on its own home, not by this turn.
+    children_elsewhere: bool = False
 
 
 @dataclass
@@ -274,6 +288,16 @@ class ResumeFound:
     descriptor: dict[str, Any] | None = None
     depth: int = 0
     epoch: int = 1
+    header: dict[str, Any] | None = None
+    home_queue: str | None = None  # the home queue of the worker that found the log (README "Homes")
+
+
+@dataclass
+class Homed:
+    """Activity `dsh.create_session`'s answer: the home queue of the worker that holds the log now
+    (None: a worker without a home queue, every home is the submitter's)."""
+
+    home_queue: str | None = None
 
 
 @dataclass
@@ -356,3 +380,4 @@ class TreeResult:
     # dsh.settle_failed: the children the failed run's log started or messaged (any may still be
     # resident: a run terminated by hand drains none), released by the parent that settles it.
     spawned: list[str] = field(default_factory=list)
+    home_queue: str | None = None  # the queue of the home holding this session's log (README "Homes")

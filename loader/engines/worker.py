@@ -26,12 +26,13 @@ from temporalio.worker import Worker
 from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
 from dsh.loader.engines.control import interrupt_workflow, workflow_status
+from dsh.loader.engines.homes import home_id, home_queue
 from dsh.loader.config import ModelConfig
 from dsh.loader.engines.pages import Page, PageAsk
 from dsh.loader.engines.projection import has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
-from dsh.loader.engines.turn import LiveModel, run_turn
+from dsh.loader.engines.turn import LiveModel, create_log, run_turn
 from dsh.loader.engines.wire import (
     Answer,
     Charge,
@@ -39,6 +40,7 @@ from dsh.loader.engines.wire import (
     Delivery,
     FailedRun,
     Leftovers,
+    Homed,
     Interrupt,
     MessageChild,
     Poll,
@@ -46,17 +48,19 @@ from dsh.loader.engines.wire import (
     ResumeCheck,
     ResumeFound,
     StartChild,
+    TreeInput,
     TreeResult,
     TurnInput,
     TurnResult,
 )
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigError
+from dsh.loader.session import SessionStore
 
 if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
 
-__all__ = ["TurnActivities", "connect", "make_worker", "run_worker"]  # connect: client.py's
+__all__ = ["TurnActivities", "Workers", "connect", "make_worker", "run_worker"]  # connect: client.py's
 
 logger = logging.getLogger(__name__)
 
@@ -273,10 +277,11 @@ class TurnActivities:
     """The activity needs the client to reach its own workflow, so it is a bound method; it also
     holds this worker's live model (its settings and environment: the key never leaves here)."""
 
-    def __init__(self, client: Client, live: LiveModel, home: Path | None = None) -> None:
+    def __init__(self, client: Client, live: LiveModel, home: Path | None = None, home_queue: str | None = None) -> None:
         self.client = client
         self.live = live
         self.home = str(home.resolve()) if home is not None else None
+        self.home_queue = home_queue  # this home's queue (homes.py); None: every home is the submitter's
 
     def _at_home(self, home: str) -> str:
         """The tree's home on this machine: the worker's own `--home` when it was given one (every
@@ -303,15 +308,30 @@ class TurnActivities:
         finally:
             alive.cancel()
 
+    @activity.defn(name="dsh.create_session")
+    async def create_session(self, agent: TreeInput) -> Homed:
+        """A session's first activity (pinning.py): its log made here, on this worker's home, as
+        the local engine makes it (a child: header, then descriptor, §8.2); every later activity of
+        the session runs on the queue answered. A log already here (a retry) is left as it is."""
+        await create_log(dataclasses.replace(agent, run=dataclasses.replace(agent.run, home=self._at_home(agent.run.home))))
+        return Homed(home_queue=self.home_queue)
+
     @activity.defn(name="dsh.resume_check")
     async def resume_check(self, check: ResumeCheck) -> ResumeFound:
         """The cold-resume header checks (backends.resume_check), off the event loop."""
-        return await asyncio.to_thread(resume_check, dataclasses.replace(check, home=self._at_home(check.home)))
+        found = await asyncio.to_thread(resume_check, dataclasses.replace(check, home=self._at_home(check.home)))
+        if found.code is None:
+            found.home_queue = self.home_queue  # the log is here: the next epoch runs here
+        return found
 
     @activity.defn(name="dsh.settle_failed")
     async def settle_failed(self, failed: FailedRun) -> TreeResult:
         """A child's failed run, settled from its log (settle.py)."""
-        return await settle_failed(dataclasses.replace(failed, home=self._at_home(failed.home)))
+        home = self._at_home(failed.home)
+        settled = await settle_failed(dataclasses.replace(failed, home=home))
+        if SessionStore(Path(home)).exists(failed.child_id):  # else settled from the failure alone
+            settled.home_queue = self.home_queue
+        return settled
 
     @activity.defn(name="dsh.enter_leftovers")
     async def enter_leftovers(self, leftovers: Leftovers) -> int:
@@ -369,22 +389,42 @@ async def _keep_alive(every: float) -> None:
         await asyncio.sleep(every)
 
 
+class Workers:
+    """One worker process's Temporal workers: the shared task queue (workflows and any session's
+    first activity) and, with a home, its home queue (the activities of the sessions whose logs
+    are here, README "Homes"). Entered and left together."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+
+    async def __aenter__(self) -> Workers:
+        for w in self.workers:
+            await w.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in reversed(self.workers):
+            await w.__aexit__(None, None, None)
+
+
 def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: int = 100,
                 model: ModelSettings | None = None, environ: Mapping[str, str] | None = None,
-                home: Path | None = None) -> Worker:
+                home: Path | None = None) -> Workers:
     """A worker; `model` and `environ` build its live provider (default: the default `model.*`
     settings and this process's environment); `home`, the trees' home here (default: each
-    submitter's `--home`)."""
+    submitter's `--home`), which it also serves as `<task_queue>@<home id>`."""
     live = LiveModel(model if model is not None else ModelConfig(), environ if environ is not None else os.environ)
-    activities = TurnActivities(client, live, home)
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[AgentWorkflow, StreamReader],
-        activities=[activities.turn, activities.resume_check, activities.settle_failed,
-                    activities.enter_leftovers, activities.await_closed, activities.stream_page],
-        max_concurrent_activities=max_concurrent_activities,
-    )
+    own = home_queue(task_queue, home_id(home)) if home is not None else None
+    activities = TurnActivities(client, live, home, own)
+    served: list[Callable[..., Any]] = [activities.turn, activities.create_session, activities.resume_check,
+                                        activities.settle_failed, activities.enter_leftovers, activities.await_closed,
+                                        activities.stream_page]
+    workers = [Worker(client, task_queue=task_queue, workflows=[AgentWorkflow, StreamReader], activities=served,
+                      max_concurrent_activities=max_concurrent_activities)]
+    if own is not None:
+        workers.append(Worker(client, task_queue=own, activities=served,
+                              max_concurrent_activities=max_concurrent_activities))
+    return Workers(workers)
 
 
 async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.Event,
@@ -397,4 +437,4 @@ async def run_worker(client: Client, task_queues: Sequence[str], stop: asyncio.E
         await stop.wait()
     finally:
         for w in workers:
-            await w.__aexit__(None, None, None)
+            await w.__aexit__()

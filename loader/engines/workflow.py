@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnResult,
         agent_workflow_id,
+        child_workflow_id,
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
@@ -55,9 +56,10 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.patches import (
         CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_DRAIN_PATCH,
     )
+    from dsh.loader.engines.pinning import HOMES_PATCH, Homes, pin
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
-    from dsh.loader.engines.residents import Residents
+    from dsh.loader.engines.residents import Residents, to_parent
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
@@ -76,7 +78,8 @@ class AgentWorkflow(RunEnds):
         for d in input.deliveries:
             self._queue.accept(d)
         anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
-        self._residents = Residents(input, carried, abandon=anywhere)
+        self._homes = Homes(input, carried, enabled=workflow.patched(HOMES_PATCH))  # where the logs live
+        self._residents = Residents(input, carried, abandon=anywhere, homes=self._homes)
         self._ledger = ChargeLedger(RunLimits(run.max_children, run.max_requests, run.max_tokens_total), carried)
         self._board = FenceBoard(carried.facts, carried.fact_last)  # the root, transcripts with fences
         self._s = Residency(input, carried, self._queue, self._residents, self._ledger, self._board, anywhere=anywhere)
@@ -102,13 +105,15 @@ class AgentWorkflow(RunEnds):
             # and signalled to the parent's current run; the failure then goes on as before, and
             # the parent enters the notice once, by its id, whichever way it comes first.
             failed = FailedRun(home=input.run.home, child_id=input.session_id, epoch=input.epoch, failure=chain(exc))
-            await self._tell_parent(await settle_failed(failed))
+            await self._tell_parent(await settle_failed(failed, self._homes.queue()))
             raise
 
     async def _run(self, input: TreeInput) -> TreeResult:
         carried = input.carried or Carried()
         last: TurnResult | None = None
         queue = self._queue
+        if self._homes.pending():
+            await pin(self._homes, input)  # the log's home, found by its create activity
         while True:
             if self._s.continue_due():
                 await self._handover(carried.runs)
@@ -138,6 +143,7 @@ class AgentWorkflow(RunEnds):
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._s.result(last)
+        result.home_queue = self._homes.mine
         if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
@@ -151,7 +157,8 @@ class AgentWorkflow(RunEnds):
         try:
             turn = run_turn(TurnInput(
                 agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
-                children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first)))
+                children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first),
+                children_elsewhere=self._homes.queue() is not None), self._homes.queue())
             if self._input.parent_id is not None and workflow.patched(CANCEL_PATCH):
                 last = await self._shielded(turn)
             else:
@@ -265,13 +272,18 @@ class AgentWorkflow(RunEnds):
                     return Answer(status="delivered")
                 await workflow.wait_condition(lambda: child_id not in self._residents)  # LOST: its result is on the way
                 continue
-            found = await resume_check(ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id))
+            check = ResumeCheck(home=run.home, parent_id=self._input.session_id, child_id=child_id)
+            for queue in self._homes.checks(child_id):  # its home, else each home known until one has its log
+                found = await resume_check(check, queue)
+                if found.text != "T-ERR-NOT-FOUND":
+                    break
+            self._homes.learn(child_id, found.home_queue)
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
             if child_id in self._residents:
                 continue  # a parallel send resumed it meanwhile
             assert found.descriptor is not None
-            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch)
+            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch, found.header)
             return Answer(status="started")
 
     @workflow.update
@@ -283,8 +295,7 @@ class AgentWorkflow(RunEnds):
         self._s.updates += 1
         self._s.calls += 1
         try:
-            target = agent_workflow_id(self._input.run.root_id, self._input.parent_id)
-            await workflow.get_external_workflow_handle(target).signal(AgentWorkflow.deliver, delivery)
+            await to_parent(self._input, "deliver", delivery)
         finally:
             self._s.calls -= 1
 
@@ -344,7 +355,7 @@ class AgentWorkflow(RunEnds):
         self._s.updates += 1
         if request.child_id in self._residents:
             return  # a retried turn asked again
-        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1)
+        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1, request.header)
 
     @workflow.update
     async def start_children(self, requests: list[StartChild]) -> None:
@@ -354,10 +365,22 @@ class AgentWorkflow(RunEnds):
         refused starts at N=300 (issue 12 item 7)."""
         self._s.updates += 1
         fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
-        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1) for r in fresh))
+        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1, r.header)
+                               for r in fresh))
 
-    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int) -> None:
-        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle)
+    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
+                     header: dict[str, Any] | None = None) -> None:
+        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle, header)
+
+    @workflow.signal
+    def homed(self, session_id: str, queue: str) -> None:
+        """A session of the tree found its log a home its parent did not know (the root: the
+        stream reads a page on each home, query `homes`)."""
+        self._homes.learn(session_id, queue)
+
+    @workflow.query
+    def homes(self) -> list[str]:
+        return list(self._homes.tree)
 
     @workflow.signal
     async def settled(self, result: TreeResult) -> None:
@@ -369,6 +392,7 @@ class AgentWorkflow(RunEnds):
         """A child's result entered once: it comes as signal `settled` and, to the run that started
         the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
+        self._homes.learn(child_id, result.home_queue)  # its next epoch and resume check go there
         if not self._residents.enter(key):
             return
         self._s.violations.extend(result.violations)

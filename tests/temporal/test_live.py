@@ -256,7 +256,10 @@ async def test_a_worker_without_the_key_refuses_the_turn_once_with_missing_api_k
         assert raised.value.code == "MISSING_API_KEY" and KEY_ENV in raised.value.message
         [root] = started
         history = await client.get_workflow_handle(root).fetch_history()
-        started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
+        turns = {e.event_id for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn"}
+        started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")
+                   and e.activity_task_started_event_attributes.scheduled_event_id in turns]
         assert [e.activity_task_started_event_attributes.attempt for e in started] == [1]
 
 

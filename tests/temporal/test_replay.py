@@ -38,7 +38,11 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "failed-root-drains.0.json", "cancelled-child.1.json", "terminated-child.0.json",
             "terminated-child.2.json", "v3-hello.0.json", "v3-continued-as-new.2.json",
             # one page of the stream over the server: the reader workflow (test_server_stream.py)
-            "stream-page.0.json"} <= names
+            "stream-page.0.json", "v1-stream-page.0.json",
+            # a tree on two homes, each session pinned to its home's queue, a child cold-resumed
+            # twice on its home (test_homes.py)
+            "homes-cold-resume.0.json", "homes-cold-resume.3.json",
+            "v3-continued-as-new.3.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

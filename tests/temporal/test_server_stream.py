@@ -134,6 +134,14 @@ async def test_a_forced_server_stream_on_a_shared_home_prints_what_the_home_tail
     assert readers
     history = await client.get_workflow_handle(sorted(readers)[0]).fetch_history()
     assert (await Replayer(workflows=[StreamReader]).replay_workflow(history)).replay_failure is None
+    # And a page read on the worker's home queue (README "Homes"), once the root had told its home.
+    for reader in sorted(readers)[1:]:
+        paged = await client.get_workflow_handle(reader).fetch_history()
+        if any("@" in e.activity_task_scheduled_event_attributes.task_queue.name for e in paged.events
+               if e.HasField("activity_task_scheduled_event_attributes")):
+            assert (await Replayer(workflows=[StreamReader]).replay_workflow(paged)).replay_failure is None
+            history = paged
+            break
     if os.environ.get("DSH_RECORD_HISTORIES"):
         READER_HISTORY.write_text(json.dumps({"workflowId": history.workflow_id, "history": history.to_json_dict()},
                                              indent=1) + "\n")

@@ -77,9 +77,14 @@ def fenced_demo(tmp_path: Path) -> Path:
 async def root_turn_completed(client: Client, root_id: str) -> None:
     """The root workflow's first turn activity completed (its history, long-polled)."""
     handle = client.get_workflow_handle(root_id)
+    turns: set[int] = set()  # scheduled event ids of its turn activities (not its create activity)
     async for event in handle.fetch_history_events(wait_new_event=True):
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn":
+                turns.add(event.event_id)
         if event.HasField("activity_task_completed_event_attributes"):
-            return
+            if event.activity_task_completed_event_attributes.scheduled_event_id in turns:
+                return
 
 
 async def dsh(args: list[str], env: dict[str, str], cwd: Path) -> Any:

@@ -176,7 +176,8 @@ async def turns_scheduled(client: Client, workflow_id: str, count: int) -> None:
     while True:
         async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(
                 wait_new_event=True):
-            seen += event.HasField("activity_task_scheduled_event_attributes")
+            seen += (event.HasField("activity_task_scheduled_event_attributes")
+                     and event.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn")
             if seen >= count:
                 return
             if event.HasField("workflow_execution_continued_as_new_event_attributes"):

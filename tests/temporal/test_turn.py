@@ -336,7 +336,9 @@ async def test_the_cold_resume_checks_refuse_as_the_manager_does_and_find_the_ne
     session.append("subagent/descriptor", descriptor)
     session.append("subagent/epoch", {"epoch": 1}, ignorable=True)
     await store.close(session)
-    assert resume_check(ResumeCheck(home, parent, child)) == ResumeFound(descriptor=descriptor, depth=1, epoch=2)
+    found = resume_check(ResumeCheck(home, parent, child))
+    assert found == ResumeFound(descriptor=descriptor, depth=1, epoch=2, header=store.read(child).header)
+    assert found.header is not None and found.header["parentSession"] == parent  # the next epoch's create activity
 
 
 async def test_a_child_turn_returns_its_epochs_notice_and_writes_the_descriptor_once(tmp_path: Path) -> None:

@@ -1,0 +1,110 @@
+"""Where a session's log lives: the home queues of one agent's workflow run (loader/engines/README.md
+"Homes: workers without a shared home"). Workflow code (deterministic, no I/O; it may import only
+`wire`); the commands and handlers stay on `AgentWorkflow`, which reads and sets these fields.
+
+Each worker with a home serves the shared task queue and its home queue (`<taskQueue>@<home id>`).
+A session's log is made by its first activity, `dsh.create_session`, on the shared queue (so a
+fan-out spreads over the homes), which answers its worker's home queue; every later activity that
+reads or writes that log runs on that queue (`queue()`): the turns, the failed-run settlement, the
+cold-resume check of a child (`of(child)`), and the child's next epoch starts pinned to it.
+
+Invariants:
+- `mine` is set once (by the create activity, or given: a cold resume, a run continued as new) and
+  never changes: a session's log is in exactly one home;
+- `children[child]` is the home queue a child's result (or its `homed` signal, to the root) named;
+  carried across continue-as-new, so a cold resume after it still finds the child's home;
+- `tree` (the root) holds every home queue a session of the tree reported, in the order learnt: the
+  server stream reads a page on each (stream.py). A child tells the root only of a home its parent
+  did not know (`TreeInput.known_homes`), so a tree on one home sends no signal for it.
+- disabled (`HOMES_PATCH` absent: a history recorded before it), every queue is None: the
+  workflow's own task queue, as before.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from dsh.loader.engines.wire import Carried, Homed, TreeInput
+
+__all__ = ["CREATE_ACTIVITY", "HOMES_PATCH", "Homes", "pin"]
+
+# The patch that pins each session's activities to the home queue of its log (README "Homes").
+HOMES_PATCH = "home-queues"
+CREATE_ACTIVITY = "dsh.create_session"
+CREATE_TIMEOUT = timedelta(seconds=30)
+CREATE_RETRY = RetryPolicy(maximum_attempts=5)
+
+
+class Homes:
+    """This session's home queue, its children's, and (the root) the tree's."""
+
+    def __init__(self, input: TreeInput, carried: Carried, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.mine: str | None = input.home_queue
+        self.children: dict[str, str] = dict(carried.homes)
+        self.tree: list[str] = list(carried.tree_homes)
+        self.known: list[str] = list(input.known_homes)
+        if self.mine is not None:
+            self.note(self.mine)
+
+    def pending(self) -> bool:
+        """The create activity has yet to run (and find the log a home)."""
+        return self.enabled and self.mine is None
+
+    def pin(self, queue: str | None) -> bool:
+        """The create activity's answer; True when the root should hear of this home."""
+        if queue is None:
+            return False
+        self.mine = queue
+        fresh = queue not in self.known
+        self.note(queue)
+        return fresh
+
+    def note(self, queue: str) -> None:
+        if queue not in self.known:
+            self.known.append(queue)
+        if queue not in self.tree:
+            self.tree.append(queue)
+
+    def learn(self, child_id: str, queue: str | None) -> None:
+        """A child's log is on `queue` (its result or its `homed` signal said so)."""
+        if queue is not None and self.enabled:
+            self.children[child_id] = queue
+            self.note(queue)
+
+    def queue(self) -> str | None:
+        """The task queue of this session's own activities (None: the workflow's)."""
+        return self.mine if self.enabled else None
+
+    def of(self, child_id: str) -> str | None:
+        """The task queue of the activities that read or write a child's log (None: the shared
+        one; a child whose home this run never heard of, e.g. one of an earlier epoch)."""
+        return self.children.get(child_id) if self.enabled else None
+
+    def checks(self, child_id: str) -> list[str | None]:
+        """Where to look for a child's log before a cold resume: its home when known, else each home
+        this run knows of in turn (a parent in a later epoch never heard its earlier children's);
+        None: the shared queue (disabled, or no home known)."""
+        known = self.of(child_id)
+        if known is not None:
+            return [known]
+        return list(self.known) if self.enabled and self.known else [None]
+
+    def carry(self) -> dict[str, Any]:
+        """The `Carried` fields of the table."""
+        return {"homes": dict(self.children), "tree_homes": list(self.tree)}
+
+
+async def pin(homes: Homes, input: TreeInput) -> None:
+    """Run the session's create activity (on the shared queue: any home may take it) and pin the
+    session to the home it answers; a home the parent did not know is told to the root (signal
+    `homed`), whose stream reads a page on each home."""
+    found: Homed = await workflow.execute_activity(CREATE_ACTIVITY, input, result_type=Homed,
+                                                   start_to_close_timeout=CREATE_TIMEOUT, retry_policy=CREATE_RETRY)
+    if homes.pin(found.home_queue) and input.parent_id is not None:
+        root = workflow.get_external_workflow_handle(input.run.root_id)
+        await root.signal("homed", args=[input.session_id, found.home_queue])
