@@ -3,24 +3,23 @@
 `open_turn` runs inside span S1 (from `Agent.send`) or synchronously between two turns of one
 driver; everything after it is awaited by the driver task. A turn ends with exactly one `turn/end`
 (written in `finally`), and a step with exactly one `step/end`, so the log always balances.
+A step that streams its reply reads it through `stream_read.read_stream`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import types
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
-from dsh.loader.abort import AbortController, Aborted, AbortSignal
+from dsh.loader.abort import AbortController, AbortSignal
 from dsh.loader.agent.inbox import Message, Target
+from dsh.loader.agent.messages import assistant_message
 from dsh.loader.agent.phase import PreStep, Running
+from dsh.loader.agent.stream_read import read_stream
 from dsh.loader.agent.tool_exec import execute_tools
 from dsh.loader.errors import DshError, ProviderError, StepLimit, error_chain
-from dsh.loader.ids import new_message_id
 from dsh.loader.models import Assembler, ModelRequest
 from dsh.loader.session import ErrorData, TurnEnd
 from dsh.loader.texts import render
@@ -217,12 +216,12 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
             raise error
     else:
         request.messages = derived[:message_count]  # the list as it was when the request was made
-        await _read_stream(agent, turn, step, request, signal, on_retry, assembler)
+        await read_stream(agent, turn, step, request, signal, on_retry, assembler)
     result = assembler.result()
     content = result.content
     if result.finish == "max-tokens":
         content = [b for b in content if b.get("type") != "tool-call"]
-    data: dict[str, Any] = {"turn": turn, "step": step, "message": _assistant(agent, content)}
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": assistant_message(agent, content)}
     if result.usage is not None:
         data["usage"] = result.usage
     data["finish"] = result.finish
@@ -241,127 +240,6 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     return {"kind": "completed"} if concluded else None
 
 
-async def _read_stream(
-    agent: Agent, turn: int, step: int, request: ModelRequest, signal: AbortSignal, on_retry: Any, assembler: Assembler,
-) -> None:
-    """Feed the provider's stream to `assembler`, each read raced against the abort (`_next_chunk`);
-    an abort keeps the partial answer as an interrupted `assistant/message`."""
-    inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
-    stream = agent.provider.stream(request, signal, on_retry)
-    try:
-        while True:
-            chunk = await _next_chunk(stream, signal, inline_first)
-            if chunk is None:
-                break
-            signal.throw_if_aborted()
-            assembler.feed(chunk)
-    except BaseException:
-        if signal.aborted:
-            partial = assembler.partial_content()
-            if partial:
-                agent.session.append(
-                    "assistant/message",
-                    {"turn": turn, "step": step, "message": _assistant(agent, partial), "interrupted": True},
-                )
-        raise
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                logger.debug("closing the stream of %s failed", agent.id, exc_info=True)
-
-
-_END = object()  # the stream ended (StopAsyncIteration) during a read's first step
-
-
-def _first_step(stream: Any) -> tuple[bool, Any]:
-    """Run the next read up to its first suspension, on this task; `(True, chunk)` if it finished.
-
-    Why: a replayed read finishes without suspending (the chunks are already there), and racing
-    such a read against the abort cost a task, a future and an `asyncio.wait` per chunk (issue 13).
-    A read that did not finish suspended on a future, which `(False, (iterator, future))` hands to
-    `_resume_read` to finish on its own task, raced as before. Nothing else runs between the read's
-    start and its end here, so nothing can abort in between. Only for providers that declare
-    `reads_move_between_tasks`: a read that enters task-bound state (httpx's anyio cancel scopes)
-    must start and end on one task.
-    """
-    it = stream.__anext__().__await__()
-    try:
-        yielded = it.send(None)
-    except StopIteration as stop:
-        return True, stop.value
-    except StopAsyncIteration:
-        return True, None
-    return False, (it, yielded)
-
-
-@types.coroutine
-def _forward(it: Any, yielded: Any) -> Generator[Any, Any, Any]:
-    """`yield from it` for an await-iterator that has already yielded `yielded` (`_first_step`)."""
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:
-            it.close()
-            raise
-        except BaseException as exc:  # the task's cancellation (or a throw) goes to the read
-            try:
-                yielded = it.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            continue
-        try:
-            yielded = it.send(sent)
-        except StopIteration as stop:
-            return stop.value
-
-
-async def _resume_read(it: Any, yielded: Any) -> Any:
-    try:
-        return await _forward(it, yielded)
-    except StopAsyncIteration:
-        return None
-
-
-async def _next_chunk(stream: Any, signal: AbortSignal, inline_first: bool = False) -> Any:
-    """Race the next chunk against the abort: an abandoned read never delays the turn's end.
-    With `inline_first`, the read starts on this task (`_first_step`)."""
-    if signal.aborted:
-        raise Aborted(signal.reason)
-    if inline_first:
-        finished, value = _first_step(stream)
-        if finished:
-            return value
-        nxt: asyncio.Future[Any] = asyncio.ensure_future(_resume_read(*value))
-    else:
-        nxt = asyncio.ensure_future(anext(stream, None))
-    waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        # This task itself is being cancelled (a hard stop): the read must not outlive it, and
-        # the caller's aclose() must find the stream at rest, so end the read before re-raising.
-        nxt.cancel()
-        await asyncio.wait({nxt})
-        raise
-    if nxt in done:
-        return nxt.result()
-    nxt.cancel()  # abandon a read we no longer need; the caller closes the stream
-    try:
-        await nxt
-    except asyncio.CancelledError:
-        # The abandoned read's own cancellation is expected; a cancellation of this task that
-        # arrived while we waited for the read to unwind is not ours to swallow.
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
-    except Exception:
-        logger.debug("an abandoned stream read failed while unwinding", exc_info=True)
-    raise Aborted(signal.reason)
-
-
 @functools.lru_cache(maxsize=256)
 def _schema(parameters: ToolParameters) -> dict[str, Any]:
     """A tool's JSON schema, built once per parameter model: generating it costs ~150 µs, paid on
@@ -373,15 +251,6 @@ def _block_summary(content: list[dict[str, Any]]) -> str:
     """`text,tool-call:subagent`: block types (and tool names) of a reply, never their text."""
     parts = [f"{b.get('type')}:{b.get('name')}" if b.get("type") == "tool-call" else str(b.get("type")) for b in content]
     return ",".join(parts) or "-"
-
-
-def _assistant(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": new_message_id(),
-        "role": "assistant",
-        "content": content,
-        "source": {"kind": "model", "provider": agent.provider.name, "model": agent.options.model},
-    }
 
 
 def _error_data(exc: BaseException) -> ErrorData:

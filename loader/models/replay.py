@@ -81,7 +81,7 @@ class ReplayProvider:
     name: str = "replay"
     # Its reads hold no task-bound state (no anyio cancel scope, no task-local context), so the loop
     # may start each read on the driver's task and finish a suspended one on another (issue 13,
-    # `loop._first_step`); most reads never suspend: the chunks are already there.
+    # `stream_read._first_step`); most reads never suspend: the chunks are already there.
     reads_move_between_tasks: bool = True
 
     def __init__(self, transcript: Transcript) -> None:
