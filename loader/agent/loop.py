@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
-from dsh.loader.abort import AbortController, AbortSignal
+from dsh.loader.abort import AbortController, Aborted, AbortSignal
 from dsh.loader.agent.inbox import Message, Target
 from dsh.loader.agent.messages import assistant_message
 from dsh.loader.agent.phase import PreStep, Running
@@ -21,7 +21,7 @@ from dsh.loader.agent.stream_read import read_stream
 from dsh.loader.agent.tool_exec import execute_tools
 from dsh.loader.errors import DshError, ProviderError, StepLimit, error_chain
 from dsh.loader.models import Assembler, ModelRequest
-from dsh.loader.session import ErrorData, TurnEnd
+from dsh.loader.session import ErrorData, TurnEnd, step_text, turn_end_text, turn_text
 from dsh.loader.texts import render
 
 if TYPE_CHECKING:
@@ -47,11 +47,14 @@ def _running(agent: Agent) -> Running:
 
 def open_turn(agent: Agent) -> OpenedTurn:
     """§6.7 steps 1–3 plus the first claim; synchronous."""
-    phase = _running(agent)
-    phase.abort.signal.throw_if_aborted()  # e.g. a status listener cancelled: no turn at all
+    phase = agent.phase
+    assert isinstance(phase, Running), f"{agent.id} is not running"
+    signal = phase.abort.signal
+    if signal.aborted:  # e.g. a status listener cancelled: no turn at all
+        raise Aborted(signal.reason)
     turn = phase.turn + 1
     try:
-        agent.session.append_owned("turn/start", {"turn": turn})
+        agent.session.append_encoded("turn/start", {"turn": turn}, turn_text(turn))
     except Exception as exc:
         _emit_error(agent, turn, 0, _error_data(exc))
         raise
@@ -107,18 +110,23 @@ def _outlasts_later_steps(end: TurnEnd) -> bool:
 
 
 async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
-    phase = _running(agent)
+    phase = agent.phase
+    assert isinstance(phase, Running), f"{agent.id} is not running"
     signal = phase.abort.signal
     turn = opened.turn
     turn_ends: TurnEnd | None = None
     claimed: list[Message] | None = opened.claimed
     target: Target = "next-turn"
+    session, inbox = agent.session, agent.inbox
+    # The abort checks are inline (`if signal.aborted: raise ...`, issue 13: a call each, eight per
+    # model call); they are `signal.throw_if_aborted()`.
     try:
         while True:
-            signal.throw_if_aborted()
+            if signal.aborted:
+                raise Aborted(signal.reason)
             step = phase.step + 1
             if claimed is None:
-                claimed = agent.inbox.claim(target, turn)
+                claimed = inbox.claim(target, turn)
             entered, claimed = claimed, None
             ctx = PreStep(agent=agent, turn=turn, step=step, claimed=entered, signal=signal)
             rejected = False
@@ -126,7 +134,8 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
                 if await hook(ctx) == "reject":
                     rejected = True
                     break
-            signal.throw_if_aborted()
+            if signal.aborted:
+                raise Aborted(signal.reason)
             if rejected:
                 turn_ends = {"kind": "blocked"}
                 return False
@@ -135,19 +144,23 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
             if phase.step == 0 and not entered:
                 turn_ends = {"kind": "completed"}
                 return False
-            signal.throw_if_aborted()
-            agent.session.append_owned("step/start", {"turn": turn, "step": step})
+            session.append_encoded("step/start", {"turn": turn, "step": step}, step_text(turn, step))
             phase.step = step
             try:
                 for message in entered:
-                    agent.session.append("user/message", message)
+                    text = inbox.entry_text(message)  # its splice's text: no second encode
+                    if text is None:
+                        session.append("user/message", message)
+                    else:
+                        session.append_encoded("user/message", message, text)
                 end = await _run_step(agent, turn, step, signal)
                 if turn_ends is None or not _outlasts_later_steps(turn_ends):
                     turn_ends = end
             finally:
-                agent.session.append_owned("step/end", {"turn": turn, "step": step})
-            signal.throw_if_aborted()
-            if turn_ends is not None and not agent.inbox.next_step:
+                session.append_encoded("step/end", {"turn": turn, "step": step}, step_text(turn, step))
+            if signal.aborted:
+                raise Aborted(signal.reason)
+            if turn_ends is not None and not inbox.lists["next-step"]:
                 break
             if phase.step >= agent.options.max_steps_per_turn:
                 raise StepLimit(agent.options.max_steps_per_turn)
@@ -162,11 +175,12 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
         raise
     finally:
         _end_turn(agent, turn, turn_ends or _NO_REASON)
-    return agent.inbox.has_pending
+    return inbox.has_pending
 
 
 async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> TurnEnd | None:
-    signal.throw_if_aborted()
+    if signal.aborted:
+        raise Aborted(signal.reason)
     options = agent.options
     tools = agent.tools
     sections = [options.system_prompt]
@@ -184,7 +198,8 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         step=step,
         system="\n\n".join(sections),
         messages=[],
-        tools=[{"name": t.name, "description": t.description, "parameters": _schema(t.parameters)} for t in tools],
+        tools=[{"name": t.name, "description": t.description, "parameters": _schema(t.parameters)} for t in tools]
+        if tools else [],
         model=options.model,
         max_tokens=options.max_tokens,
         temperature=options.temperature,
@@ -192,12 +207,14 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     # What the model saw (issue 11 item 1): durable with the checkpoint, before the provider runs.
     digest = agent.requests.record(turn=turn, step=step, model=request.model, system=request.system,
                                    tools=request.tools, message_count=message_count)
-    if logger.isEnabledFor(logging.DEBUG):
+    debug = logger.isEnabledFor(logging.DEBUG)
+    if debug:
         logger.debug(render("T-LOG-REQUEST", id=agent.id, turn=turn, step=step, model=request.model,
                             messages=message_count, system=digest["systemHash"],
                             tools=",".join(digest["toolNames"]) or "-", toolsHash=digest["toolsHash"]))
     await agent.store.flush(agent.session)  # model-request checkpoint (§5.5)
-    signal.throw_if_aborted()
+    if signal.aborted:
+        raise Aborted(signal.reason)
 
     def on_retry(attempt: int, delay_ms: int, code: str, status: int | None) -> None:
         data: dict[str, Any] = {"turn": turn, "step": step, "attempt": attempt, "delayMs": delay_ms, "code": code}
@@ -210,8 +227,7 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     served = ready(request, signal) if ready is not None else None
     if served is not None:  # the whole reply, served without a suspension: no stream, no reads
         chunks, error = served
-        for chunk in chunks:
-            assembler.feed(chunk)
+        assembler.feed_all(chunks)
         if error is not None:
             raise error
     else:
@@ -225,17 +241,23 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     if result.usage is not None:
         data["usage"] = result.usage
     data["finish"] = result.finish
-    agent.session.append("assistant/message", data)
-    if logger.isEnabledFor(logging.DEBUG):
+    # Owned (issue 13: no decoded copy): every container here is fresh, built by the assembler and
+    # `assistant_message`; the leaves are the chunks' typed `str`/`int` fields, and nobody changes
+    # the blocks afterwards (tool execution reads them).
+    agent.session.append_owned("assistant/message", data)
+    if debug:
         usage = result.usage or {}
         logger.debug(render("T-LOG-RESPONSE", id=agent.id, turn=turn, step=step, finish=result.finish,
                             blocks=_block_summary(content), input=usage.get("inputTokens", "-"),
                             output=usage.get("outputTokens", "-")))
     if result.finish == "max-tokens":
         return {"kind": "max-tokens"}
-    calls = [b for b in content if b.get("type") == "tool-call"]
-    if not calls:
+    for block in content:
+        if block.get("type") == "tool-call":
+            break
+    else:  # no tool call (issue 13: most replies; no list built for them)
         return {"kind": "completed"}
+    calls = [b for b in content if b.get("type") == "tool-call"]
     concluded = await execute_tools(agent, turn, step, calls, signal)
     return {"kind": "completed"} if concluded else None
 
@@ -271,8 +293,12 @@ _FRESH_ENDS = frozenset({"completed", "max-tokens", "blocked"})
 
 def _end_turn(agent: Agent, turn: int, reason: TurnEnd) -> None:
     try:
-        if reason["kind"] in _FRESH_ENDS:  # a literal made for this turn: nothing else holds it
-            agent.session.append_owned("turn/end", {"turn": turn, "reason": reason})
+        kind = reason["kind"]
+        if kind in _FRESH_ENDS:  # a literal made for this turn: nothing else holds it
+            if len(reason) == 1:  # only its kind: the text is formatted, not encoded
+                agent.session.append_encoded("turn/end", {"turn": turn, "reason": reason}, turn_end_text(turn, kind))
+            else:
+                agent.session.append_owned("turn/end", {"turn": turn, "reason": reason})
         else:  # an abort's cause or an error's data may be shared, or come from outside
             agent.session.append("turn/end", {"turn": turn, "reason": reason})
     except Exception:

@@ -20,7 +20,7 @@ def text_block(text: str) -> dict[str, Any]:
 def user_message(
     content: str | list[dict[str, Any]], source: dict[str, Any] | None = None, *, id: str | None = None
 ) -> Message:
-    blocks = [text_block(content)] if isinstance(content, str) else list(content)
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)  # text_block
     return {
         "id": id or new_message_id(),
         "role": "user",

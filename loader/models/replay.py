@@ -36,7 +36,7 @@ from typing import Any
 from dsh.loader.abort import Aborted, AbortSignal
 from dsh.loader.errors import ProviderCode, ProviderError
 from dsh.loader.models.protocol import Chunk, ModelRequest, OnRetry
-from dsh.loader.models.replay_build import DEFAULT_USAGE, Served, build
+from dsh.loader.models.replay_build import DEFAULT_USAGE, Served, build, plain_chunks
 from dsh.loader.transcripts import PlaceholderKind, Transcript, UnresolvedPlaceholder
 
 __all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
@@ -185,9 +185,16 @@ class ReplayProvider:
         cursor = self._cursor[key]
         if cursor >= len(replies) or replies[cursor].hang is not None:
             return None
-        signal.throw_if_aborted()
-        _, served = self._serve(request)
-        return served.chunks, served.error
+        if signal.aborted:
+            raise Aborted(signal.reason)
+        chunks = plain_chunks(replies[cursor])
+        if chunks is None:  # placeholders, tool calls, an error: `_serve` builds (or fails) it
+            _, served = self._serve(request)
+            return served.chunks, served.error
+        self._cursor[key] = cursor + 1  # `_serve` without its second lookup (issue 13); §15.3 item 4
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("replay: serving reply #%d of %s (%s)", cursor + 1, key, "message")
+        return chunks, None
 
     def _serve(self, request: ModelRequest) -> tuple[str, Served]:
         key = self._key_by_session.get(request.session_id)

@@ -18,7 +18,7 @@ from dsh.loader.transcripts.placeholders import may_hold_placeholders
 if TYPE_CHECKING:
     from dsh.loader.transcripts import Reply  # or its lean record (loader.transcripts.lean)
 
-__all__ = ["DEFAULT_USAGE", "Served", "build"]
+__all__ = ["DEFAULT_USAGE", "Served", "build", "plain_chunks"]
 
 DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
 
@@ -34,9 +34,9 @@ class Served:
 
 def build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> Served:
     """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
-    served = _build_plain(reply)
-    if served is not None:
-        return served
+    chunks = plain_chunks(reply)
+    if chunks is not None:
+        return Served("message", chunks=chunks)
     data = reply.model_dump()  # a fresh dict per serve: nothing to copy when nothing is resolved
     if may_hold_placeholders(data):
         data = resolve_placeholders(data, lookup)
@@ -47,7 +47,7 @@ def build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) ->
         err = data["error"]
         error = ProviderError(ScriptedCode(err["code"]), err["message"], status=err["status"])
         return Served(form, chunks=_prefix(data["text"]), error=error)
-    chunks: list[Chunk] = []
+    chunks = []
     if data["reasoning"]:
         chunks.append(ReasoningDelta(data["reasoning"]))
     if data["text"]:
@@ -62,8 +62,11 @@ def build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) ->
     return Served(form, chunks=chunks)
 
 
-def _build_plain(reply: Reply) -> Served | None:
-    """`build` of a message reply without tool calls whose strings hold no `{{` (so no
+_STOP = Finish("stop")  # chunks are frozen: replies without an explicit finish share one
+
+
+def plain_chunks(reply: Reply) -> list[Chunk] | None:
+    """`build`'s chunks of a message reply without tool calls whose strings hold no `{{` (so no
     placeholder), read from the reply's fields: no `model_dump` and no JSON text per serve (issue
     13). The same chunks `build` makes from the dump (its strings are the reply's own); None for
     every other reply, which takes the general path."""
@@ -72,15 +75,14 @@ def _build_plain(reply: Reply) -> Served | None:
     text, reasoning = reply.text, reply.reasoning
     if (text is not None and "{{" in text) or (reasoning is not None and "{{" in reasoning):
         return None
-    chunks: list[Chunk] = []
-    if reasoning:
-        chunks.append(ReasoningDelta(reasoning))
+    chunks: list[Chunk] = [ReasoningDelta(reasoning)] if reasoning else []
     if text:
         chunks.append(TextDelta(text))
     usage = reply.usage
     chunks.append(Usage(usage.input_tokens, usage.output_tokens) if usage is not None else DEFAULT_USAGE)
-    chunks.append(Finish(reply.finish_reason))
-    return Served("message", chunks=chunks)
+    finish = reply.finish  # `reply.finish_reason` of a reply without tool calls
+    chunks.append(_STOP if finish is None else Finish(finish))
+    return chunks
 
 
 def _prefix(text: str | None) -> list[Chunk]:

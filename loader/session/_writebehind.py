@@ -134,8 +134,12 @@ class WriteBehind:
             live.error = exc
             logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
             return exc
-        if not self.fsync:
-            self._commit(live, count, size, rearm=rearm)
+        if not self.fsync:  # `_commit`, inline (issue 13: three batches per model call)
+            live.error = None
+            live.committed = size
+            del live.queue[:count]
+            if rearm and live.queue and live.barrier is None and live.timer is None:
+                self._arm_timer(live)  # events that arrived during the write
             return None
         writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         writer.add_done_callback(_retrieve)
@@ -228,7 +232,8 @@ class WriteBehind:
         if live is None or live.session is not session:
             return
         if self.inline_io:
-            await self._flush_inline(live)
+            if live.queue or live.writer is not None or live.timer is not None:  # else nothing to do
+                await self._flush_inline(live)
             return
         if live.barrier is None:
             if not live.queue and live.writer is None:
