@@ -133,8 +133,10 @@ class RequestLog:
         events = self._session.events
         for index in range(self._scanned, len(events)):  # by index: no copy of the log's tail
             event = events[index]
-            kind = _DEFINES.get(event["type"])
-            if kind is not None and isinstance(event["data"].get("hash"), str):
+            if event["type"] not in _DEFINES:  # most events: one set-like lookup (issue 13)
+                continue
+            kind = _DEFINES[event["type"]]
+            if isinstance(event["data"].get("hash"), str):
                 self._known.add((kind[0], event["data"]["hash"]))
         self._scanned = len(events)
         if self._last_system is None or self._last_system[0] != system:

@@ -77,6 +77,8 @@ def snapshot(data: _M) -> tuple[_M, str]:
     return copied, text
 
 
+_MESSAGE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})  # what §5.3 derives from
+
 _TYPE_TEXT: dict[str, str] = {}  # event type -> its JSON text; the types are a small fixed set
 
 
@@ -237,7 +239,10 @@ class Session:
         events, messages = self.events, self._messages
         for i in range(self._derived, len(events)):
             event = events[i]
-            kind, data = event["type"], event["data"]
+            kind = event["type"]
+            if kind not in _MESSAGE_TYPES:  # most events (issue 13: 7 of a model call's 9)
+                continue
+            data = event["data"]
             if kind == "user/message":
                 messages.append(data)
             elif kind == "assistant/message":
