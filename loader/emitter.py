@@ -86,18 +86,23 @@ class Waterfall(Generic[T]):
     def __init__(self) -> None:
         self._entries: list[tuple[int, int, Callable[[T], Awaitable[Any]]]] = []
         self._counter = 0
+        # Invariant: _fns == tuple(fn for _, _, fn in _entries) (issue 13: read once per step).
+        self._fns: tuple[Callable[[T], Awaitable[Any]], ...] = ()
 
     def add(self, fn: Callable[[T], Awaitable[Any]], *, order: int = 100) -> Callable[[], None]:
         self._counter += 1
         entry = (order, self._counter, fn)
         self._entries.append(entry)
         self._entries.sort(key=lambda e: (e[0], e[1]))
+        self._fns = tuple(fn for _, _, fn in self._entries)
 
         def remove() -> None:
             if entry in self._entries:
                 self._entries.remove(entry)
+                self._fns = tuple(fn for _, _, fn in self._entries)
 
         return remove
 
-    def listeners(self) -> list[Callable[[T], Awaitable[Any]]]:
-        return [fn for _, _, fn in self._entries]
+    def listeners(self) -> tuple[Callable[[T], Awaitable[Any]], ...]:
+        """A snapshot: listeners added or removed while these run do not change who is called."""
+        return self._fns

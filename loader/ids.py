@@ -68,8 +68,7 @@ def new_child_id() -> str:
     return f"session-{_uuid4()}"
 
 
-def new_message_id() -> str:
-    return _uuid4()
+new_message_id = _uuid4  # a message id is a bare uuid4 (no frame of its own: 2 per model call)
 
 
 def session_id_problem(value: object) -> str | None:

@@ -36,6 +36,8 @@ SURFACES = {
         "RequestLog", "Session",
         "SessionStore", "StoreIO", "TurnEnd", "TurnEndKind", "interrupted_turn_closers", "is_unmaterialized",
         "logged_requests", "make_header", "open_regular", "prune_tree", "prune_unmaterialized", "read", "replay_inbox", "unmaterialized_ids", "validate_log",
+        # issue 13: the text `append` would make, made once (`snapshot`) or formatted for fixed shapes
+        "snapshot", "insertion_text", "removal_text", "step_text", "turn_end_text", "turn_text",
     ],
     "dsh.loader.headless": [
         "EXIT_CODES", "Quiescence", "RunRequest", "RunResult", "RunSinks", "Tree", "exit_code_for",

@@ -117,11 +117,11 @@ class Agent:
         return self._disposal is not None
 
     def _set_phase(self, phase: Phase) -> None:
-        before = self.status
+        running = isinstance(phase, Running)  # `status` of the new phase, without the property calls
+        was_running = isinstance(self._phase, Running)
         self._phase = phase
-        after = self.status
-        if before != after:
-            self.events.emit("agent/status", {"agent": self.id, "status": after})
+        if running != was_running:
+            self.events.emit("agent/status", {"agent": self.id, "status": "running" if running else "idle"})
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         """Scoped listeners registered by others; removed at dispose."""
@@ -159,7 +159,8 @@ class Agent:
         if self._disposal is not None:
             return
         # --- S1 begin: running status, turn/start and the first claim happen before send returns ---
-        self._activity = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._activity = loop.create_future()
         self._set_phase(Running(abort=AbortController(), turn=phase.last_turn))
         opened: Any
         try:
@@ -167,7 +168,8 @@ class Agent:
         except BaseException as exc:  # the driver converges on it at once (§6.2)
             opened = exc
         # --- S1 end ---
-        self._driver = asyncio.create_task(drive(self, opened), name=f"driver:{self.id}")
+        # `asyncio.create_task` is this call plus a frame and a `_set_task_name` (issue 13).
+        self._driver = loop.create_task(drive(self, opened), name=f"driver:{self.id}")
 
     def resume_pending(self) -> bool:
         """Wake the driver for work a log rebuild restored into the inbox (a resumed session: no

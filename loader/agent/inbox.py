@@ -15,7 +15,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from dsh.loader.emitter import Emitter
 from dsh.loader.errors import InboxError
-from dsh.loader.session import Event, Session, replay_inbox
+from dsh.loader.session import Event, Session, insertion_text, removal_text, replay_inbox, snapshot
 from dsh.loader.texts import render
 
 __all__ = ["Inbox", "Message", "Target"]
@@ -47,6 +47,11 @@ class Inbox:
         # Invariant: _ids == {m["id"] for items in lists.values() for m in items} (issue 13: the
         # duplicate check of every append scanned both lists, O(N²) for a parent of N children).
         self._ids: set[str] = set()
+        # Invariant: _texts[id] == (m, _encode(m)) for pending messages m this object inserted (not
+        # rebuilt ones); `claim` moves the claimed ones to _claimed_texts, replacing the last claim's
+        # (issue 13: the step that enters a message reuses its splice's text, `entry_text`).
+        self._texts: dict[str, tuple[Message, str]] = {}
+        self._claimed_texts: dict[str, tuple[Message, str]] = {}
         self._rebuild(session.events)
 
     # -- reading ---------------------------------------------------------------------------
@@ -60,7 +65,8 @@ class Inbox:
 
     @property
     def has_pending(self) -> bool:
-        return bool(self.next_turn or self.next_step)
+        lists = self.lists
+        return bool(lists["next-turn"] or lists["next-step"])
 
     def find(self, message_id: str) -> tuple[Target, int] | None:
         if message_id not in self._ids:
@@ -78,10 +84,17 @@ class Inbox:
         if message["id"] in self._ids:
             raise InboxError("DUPLICATE_MESSAGE", render("R-INBOX-DUPLICATE", id=message["id"]))
         items = self.lists[target]
-        self._session.append(
-            "agent/inbox/spliced", {"target": target, "start": len(items), "inserted": [message]}
-        )
-        stored = self._session.events[-1]["data"]["inserted"][0]
+        start = len(items)
+        if message.__class__ is not dict:  # a Mapping that is not a dict: `append`'s own checks and copy
+            self._session.append("agent/inbox/spliced", {"target": target, "start": start, "inserted": [message]})
+            stored: Message = self._session.events[-1]["data"]["inserted"][0]
+        else:  # the message's copy and text, made once: the splice holds them, the entering step reuses them
+            stored, text = snapshot(message)
+            self._session.append_encoded(
+                "agent/inbox/spliced", {"target": target, "start": start, "inserted": [stored]},
+                insertion_text(target, start, text),
+            )
+            self._texts[stored["id"]] = (stored, text)
         items.append(stored)
         self._ids.add(stored["id"])
         self._events.emit("agent/inbox/inserted", {"message": stored, "target": target})
@@ -113,13 +126,31 @@ class Inbox:
     def claim(self, target: Target, turn: int) -> list[Message]:
         """Remove the step's batch: all of next-step, then (for a turn boundary) one next-turn item."""
         claimed: list[Message] = []
-        if self.next_step:
-            claimed.extend(self._remove(("next-step"), 0, len(self.next_step), canceled=False))
-        if target == "next-turn" and self.next_turn:
+        lists = self.lists
+        if lists["next-step"]:
+            claimed.extend(self._remove("next-step", 0, len(lists["next-step"]), canceled=False))
+        if target == "next-turn" and lists["next-turn"]:
             claimed.extend(self._remove("next-turn", 0, 1, canceled=False))
+        texts, claimed_texts = self._texts, {}
+        for m in claimed:
+            entry = texts.pop(m["id"], None)
+            if entry is not None:
+                claimed_texts[m["id"]] = entry
+        self._claimed_texts = claimed_texts
         for m in claimed:
             self._events.emit("agent/inbox/claimed", {"message": m, "turn": turn})
         return claimed
+
+    def entry_text(self, message: Message) -> str | None:
+        """The JSON text of `message` as its splice wrote it, if the latest `claim` returned this very
+        object: the step that enters it appends it with that text (`Session.append_encoded`) instead
+        of encoding and copying it again (issue 13). The message is the log's own copy, read-only
+        like all log data, so the text still encodes it. Once per message; None otherwise."""
+        entry = self._claimed_texts.get(message["id"])
+        if entry is None or entry[0] is not message:
+            return None
+        del self._claimed_texts[message["id"]]
+        return entry[1]
 
     def on(self, name: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
         return self._events.on(name, fn)
@@ -133,11 +164,15 @@ class Inbox:
         data: dict[str, Any] = {"target": target, "start": start, "inserted": [], "removedCount": count}
         if canceled:
             data["outcome"] = "canceled"
-        self._session.append_owned("agent/inbox/spliced", data)
+        self._session.append_encoded("agent/inbox/spliced", data, removal_text(target, start, count, canceled))
         items = self.lists[target]
         removed = items[start : start + count]
         del items[start : start + count]
-        self._ids.difference_update(m["id"] for m in removed)
+        ids = self._ids
+        for m in removed:
+            ids.discard(m["id"])
+            if canceled:
+                self._texts.pop(m["id"], None)
         return removed
 
     # -- rebuild ----------------------------------------------------------------------------

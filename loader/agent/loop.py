@@ -3,26 +3,25 @@
 `open_turn` runs inside span S1 (from `Agent.send`) or synchronously between two turns of one
 driver; everything after it is awaited by the driver task. A turn ends with exactly one `turn/end`
 (written in `finally`), and a step with exactly one `step/end`, so the log always balances.
+A step that streams its reply reads it through `stream_read.read_stream`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import types
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
 from dsh.loader.abort import AbortController, Aborted, AbortSignal
 from dsh.loader.agent.inbox import Message, Target
+from dsh.loader.agent.messages import assistant_message
 from dsh.loader.agent.phase import PreStep, Running
+from dsh.loader.agent.stream_read import read_stream
 from dsh.loader.agent.tool_exec import execute_tools
 from dsh.loader.errors import DshError, ProviderError, StepLimit, error_chain
-from dsh.loader.ids import new_message_id
 from dsh.loader.models import Assembler, ModelRequest
-from dsh.loader.session import ErrorData, TurnEnd
+from dsh.loader.session import ErrorData, TurnEnd, step_text, turn_end_text, turn_text
 from dsh.loader.texts import render
 
 if TYPE_CHECKING:
@@ -48,11 +47,14 @@ def _running(agent: Agent) -> Running:
 
 def open_turn(agent: Agent) -> OpenedTurn:
     """§6.7 steps 1–3 plus the first claim; synchronous."""
-    phase = _running(agent)
-    phase.abort.signal.throw_if_aborted()  # e.g. a status listener cancelled: no turn at all
+    phase = agent.phase
+    assert isinstance(phase, Running), f"{agent.id} is not running"
+    signal = phase.abort.signal
+    if signal.aborted:  # e.g. a status listener cancelled: no turn at all
+        raise Aborted(signal.reason)
     turn = phase.turn + 1
     try:
-        agent.session.append_owned("turn/start", {"turn": turn})
+        agent.session.append_encoded("turn/start", {"turn": turn}, turn_text(turn))
     except Exception as exc:
         _emit_error(agent, turn, 0, _error_data(exc))
         raise
@@ -108,18 +110,23 @@ def _outlasts_later_steps(end: TurnEnd) -> bool:
 
 
 async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
-    phase = _running(agent)
+    phase = agent.phase
+    assert isinstance(phase, Running), f"{agent.id} is not running"
     signal = phase.abort.signal
     turn = opened.turn
     turn_ends: TurnEnd | None = None
     claimed: list[Message] | None = opened.claimed
     target: Target = "next-turn"
+    session, inbox = agent.session, agent.inbox
+    # The abort checks are inline (`if signal.aborted: raise ...`, issue 13: a call each, eight per
+    # model call); they are `signal.throw_if_aborted()`.
     try:
         while True:
-            signal.throw_if_aborted()
+            if signal.aborted:
+                raise Aborted(signal.reason)
             step = phase.step + 1
             if claimed is None:
-                claimed = agent.inbox.claim(target, turn)
+                claimed = inbox.claim(target, turn)
             entered, claimed = claimed, None
             ctx = PreStep(agent=agent, turn=turn, step=step, claimed=entered, signal=signal)
             rejected = False
@@ -127,7 +134,8 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
                 if await hook(ctx) == "reject":
                     rejected = True
                     break
-            signal.throw_if_aborted()
+            if signal.aborted:
+                raise Aborted(signal.reason)
             if rejected:
                 turn_ends = {"kind": "blocked"}
                 return False
@@ -136,19 +144,23 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
             if phase.step == 0 and not entered:
                 turn_ends = {"kind": "completed"}
                 return False
-            signal.throw_if_aborted()
-            agent.session.append_owned("step/start", {"turn": turn, "step": step})
+            session.append_encoded("step/start", {"turn": turn, "step": step}, step_text(turn, step))
             phase.step = step
             try:
                 for message in entered:
-                    agent.session.append("user/message", message)
+                    text = inbox.entry_text(message)  # its splice's text: no second encode
+                    if text is None:
+                        session.append("user/message", message)
+                    else:
+                        session.append_encoded("user/message", message, text)
                 end = await _run_step(agent, turn, step, signal)
                 if turn_ends is None or not _outlasts_later_steps(turn_ends):
                     turn_ends = end
             finally:
-                agent.session.append_owned("step/end", {"turn": turn, "step": step})
-            signal.throw_if_aborted()
-            if turn_ends is not None and not agent.inbox.next_step:
+                session.append_encoded("step/end", {"turn": turn, "step": step}, step_text(turn, step))
+            if signal.aborted:
+                raise Aborted(signal.reason)
+            if turn_ends is not None and not inbox.lists["next-step"]:
                 break
             if phase.step >= agent.options.max_steps_per_turn:
                 raise StepLimit(agent.options.max_steps_per_turn)
@@ -163,11 +175,12 @@ async def _run_turn(agent: Agent, opened: OpenedTurn) -> bool:
         raise
     finally:
         _end_turn(agent, turn, turn_ends or _NO_REASON)
-    return agent.inbox.has_pending
+    return inbox.has_pending
 
 
 async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> TurnEnd | None:
-    signal.throw_if_aborted()
+    if signal.aborted:
+        raise Aborted(signal.reason)
     options = agent.options
     tools = agent.tools
     sections = [options.system_prompt]
@@ -185,7 +198,8 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
         step=step,
         system="\n\n".join(sections),
         messages=[],
-        tools=[{"name": t.name, "description": t.description, "parameters": _schema(t.parameters)} for t in tools],
+        tools=[{"name": t.name, "description": t.description, "parameters": _schema(t.parameters)} for t in tools]
+        if tools else [],
         model=options.model,
         max_tokens=options.max_tokens,
         temperature=options.temperature,
@@ -193,12 +207,14 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     # What the model saw (issue 11 item 1): durable with the checkpoint, before the provider runs.
     digest = agent.requests.record(turn=turn, step=step, model=request.model, system=request.system,
                                    tools=request.tools, message_count=message_count)
-    if logger.isEnabledFor(logging.DEBUG):
+    debug = logger.isEnabledFor(logging.DEBUG)
+    if debug:
         logger.debug(render("T-LOG-REQUEST", id=agent.id, turn=turn, step=step, model=request.model,
                             messages=message_count, system=digest["systemHash"],
                             tools=",".join(digest["toolNames"]) or "-", toolsHash=digest["toolsHash"]))
     await agent.store.flush(agent.session)  # model-request checkpoint (§5.5)
-    signal.throw_if_aborted()
+    if signal.aborted:
+        raise Aborted(signal.reason)
 
     def on_retry(attempt: int, delay_ms: int, code: str, status: int | None) -> None:
         data: dict[str, Any] = {"turn": turn, "step": step, "attempt": attempt, "delayMs": delay_ms, "code": code}
@@ -211,155 +227,39 @@ async def _run_step(agent: Agent, turn: int, step: int, signal: AbortSignal) -> 
     served = ready(request, signal) if ready is not None else None
     if served is not None:  # the whole reply, served without a suspension: no stream, no reads
         chunks, error = served
-        for chunk in chunks:
-            assembler.feed(chunk)
+        assembler.feed_all(chunks)
         if error is not None:
             raise error
     else:
         request.messages = derived[:message_count]  # the list as it was when the request was made
-        await _read_stream(agent, turn, step, request, signal, on_retry, assembler)
+        await read_stream(agent, turn, step, request, signal, on_retry, assembler)
     result = assembler.result()
     content = result.content
     if result.finish == "max-tokens":
         content = [b for b in content if b.get("type") != "tool-call"]
-    data: dict[str, Any] = {"turn": turn, "step": step, "message": _assistant(agent, content)}
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": assistant_message(agent, content)}
     if result.usage is not None:
         data["usage"] = result.usage
     data["finish"] = result.finish
-    agent.session.append("assistant/message", data)
-    if logger.isEnabledFor(logging.DEBUG):
+    # Owned (issue 13: no decoded copy): every container here is fresh, built by the assembler and
+    # `assistant_message`; the leaves are the chunks' typed `str`/`int` fields, and nobody changes
+    # the blocks afterwards (tool execution reads them).
+    agent.session.append_owned("assistant/message", data)
+    if debug:
         usage = result.usage or {}
         logger.debug(render("T-LOG-RESPONSE", id=agent.id, turn=turn, step=step, finish=result.finish,
                             blocks=_block_summary(content), input=usage.get("inputTokens", "-"),
                             output=usage.get("outputTokens", "-")))
     if result.finish == "max-tokens":
         return {"kind": "max-tokens"}
-    calls = [b for b in content if b.get("type") == "tool-call"]
-    if not calls:
+    for block in content:
+        if block.get("type") == "tool-call":
+            break
+    else:  # no tool call (issue 13: most replies; no list built for them)
         return {"kind": "completed"}
+    calls = [b for b in content if b.get("type") == "tool-call"]
     concluded = await execute_tools(agent, turn, step, calls, signal)
     return {"kind": "completed"} if concluded else None
-
-
-async def _read_stream(
-    agent: Agent, turn: int, step: int, request: ModelRequest, signal: AbortSignal, on_retry: Any, assembler: Assembler,
-) -> None:
-    """Feed the provider's stream to `assembler`, each read raced against the abort (`_next_chunk`);
-    an abort keeps the partial answer as an interrupted `assistant/message`."""
-    inline_first = getattr(agent.provider, "reads_move_between_tasks", False) is True
-    stream = agent.provider.stream(request, signal, on_retry)
-    try:
-        while True:
-            chunk = await _next_chunk(stream, signal, inline_first)
-            if chunk is None:
-                break
-            signal.throw_if_aborted()
-            assembler.feed(chunk)
-    except BaseException:
-        if signal.aborted:
-            partial = assembler.partial_content()
-            if partial:
-                agent.session.append(
-                    "assistant/message",
-                    {"turn": turn, "step": step, "message": _assistant(agent, partial), "interrupted": True},
-                )
-        raise
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                logger.debug("closing the stream of %s failed", agent.id, exc_info=True)
-
-
-_END = object()  # the stream ended (StopAsyncIteration) during a read's first step
-
-
-def _first_step(stream: Any) -> tuple[bool, Any]:
-    """Run the next read up to its first suspension, on this task; `(True, chunk)` if it finished.
-
-    Why: a replayed read finishes without suspending (the chunks are already there), and racing
-    such a read against the abort cost a task, a future and an `asyncio.wait` per chunk (issue 13).
-    A read that did not finish suspended on a future, which `(False, (iterator, future))` hands to
-    `_resume_read` to finish on its own task, raced as before. Nothing else runs between the read's
-    start and its end here, so nothing can abort in between. Only for providers that declare
-    `reads_move_between_tasks`: a read that enters task-bound state (httpx's anyio cancel scopes)
-    must start and end on one task.
-    """
-    it = stream.__anext__().__await__()
-    try:
-        yielded = it.send(None)
-    except StopIteration as stop:
-        return True, stop.value
-    except StopAsyncIteration:
-        return True, None
-    return False, (it, yielded)
-
-
-@types.coroutine
-def _forward(it: Any, yielded: Any) -> Generator[Any, Any, Any]:
-    """`yield from it` for an await-iterator that has already yielded `yielded` (`_first_step`)."""
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:
-            it.close()
-            raise
-        except BaseException as exc:  # the task's cancellation (or a throw) goes to the read
-            try:
-                yielded = it.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            continue
-        try:
-            yielded = it.send(sent)
-        except StopIteration as stop:
-            return stop.value
-
-
-async def _resume_read(it: Any, yielded: Any) -> Any:
-    try:
-        return await _forward(it, yielded)
-    except StopAsyncIteration:
-        return None
-
-
-async def _next_chunk(stream: Any, signal: AbortSignal, inline_first: bool = False) -> Any:
-    """Race the next chunk against the abort: an abandoned read never delays the turn's end.
-    With `inline_first`, the read starts on this task (`_first_step`)."""
-    if signal.aborted:
-        raise Aborted(signal.reason)
-    if inline_first:
-        finished, value = _first_step(stream)
-        if finished:
-            return value
-        nxt: asyncio.Future[Any] = asyncio.ensure_future(_resume_read(*value))
-    else:
-        nxt = asyncio.ensure_future(anext(stream, None))
-    waits: set[asyncio.Future[Any]] = {nxt, signal.wait()}
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        # This task itself is being cancelled (a hard stop): the read must not outlive it, and
-        # the caller's aclose() must find the stream at rest, so end the read before re-raising.
-        nxt.cancel()
-        await asyncio.wait({nxt})
-        raise
-    if nxt in done:
-        return nxt.result()
-    nxt.cancel()  # abandon a read we no longer need; the caller closes the stream
-    try:
-        await nxt
-    except asyncio.CancelledError:
-        # The abandoned read's own cancellation is expected; a cancellation of this task that
-        # arrived while we waited for the read to unwind is not ours to swallow.
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
-    except Exception:
-        logger.debug("an abandoned stream read failed while unwinding", exc_info=True)
-    raise Aborted(signal.reason)
 
 
 @functools.lru_cache(maxsize=256)
@@ -373,15 +273,6 @@ def _block_summary(content: list[dict[str, Any]]) -> str:
     """`text,tool-call:subagent`: block types (and tool names) of a reply, never their text."""
     parts = [f"{b.get('type')}:{b.get('name')}" if b.get("type") == "tool-call" else str(b.get("type")) for b in content]
     return ",".join(parts) or "-"
-
-
-def _assistant(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": new_message_id(),
-        "role": "assistant",
-        "content": content,
-        "source": {"kind": "model", "provider": agent.provider.name, "model": agent.options.model},
-    }
 
 
 def _error_data(exc: BaseException) -> ErrorData:
@@ -402,8 +293,12 @@ _FRESH_ENDS = frozenset({"completed", "max-tokens", "blocked"})
 
 def _end_turn(agent: Agent, turn: int, reason: TurnEnd) -> None:
     try:
-        if reason["kind"] in _FRESH_ENDS:  # a literal made for this turn: nothing else holds it
-            agent.session.append_owned("turn/end", {"turn": turn, "reason": reason})
+        kind = reason["kind"]
+        if kind in _FRESH_ENDS:  # a literal made for this turn: nothing else holds it
+            if len(reason) == 1:  # only its kind: the text is formatted, not encoded
+                agent.session.append_encoded("turn/end", {"turn": turn, "reason": reason}, turn_end_text(turn, kind))
+            else:
+                agent.session.append_owned("turn/end", {"turn": turn, "reason": reason})
         else:  # an abort's cause or an error's data may be shared, or come from outside
             agent.session.append("turn/end", {"turn": turn, "reason": reason})
     except Exception:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.loader.agent.inbox import Message
 from dsh.loader.ids import new_message_id
 
-__all__ = ["text_block", "tool_result_message", "user_message", "text_of"]
+if TYPE_CHECKING:
+    from dsh.loader.agent.agent import Agent
+
+__all__ = ["assistant_message", "text_block", "tool_result_message", "user_message", "text_of"]
 
 
 def text_block(text: str) -> dict[str, Any]:
@@ -17,7 +20,7 @@ def text_block(text: str) -> dict[str, Any]:
 def user_message(
     content: str | list[dict[str, Any]], source: dict[str, Any] | None = None, *, id: str | None = None
 ) -> Message:
-    blocks = [text_block(content)] if isinstance(content, str) else list(content)
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)  # text_block
     return {
         "id": id or new_message_id(),
         "role": "user",
@@ -39,3 +42,13 @@ def tool_result_message(call_id: str, text: str, *, is_error: bool) -> Message:
 
 def text_of(content: list[dict[str, Any]] | None, sep: str = "") -> str:
     return sep.join(b.get("text", "") for b in content or [] if b.get("type") == "text")
+
+
+def assistant_message(agent: Agent, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model's reply as `agent` records it: a fresh id, the provider and model it came from."""
+    return {
+        "id": new_message_id(),
+        "role": "assistant",
+        "content": content,
+        "source": {"kind": "model", "provider": agent.provider.name, "model": agent.options.model},
+    }

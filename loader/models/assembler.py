@@ -60,7 +60,14 @@ class Assembler:
         self._finish: FinishReason | None = None
 
     def feed(self, chunk: Chunk) -> None:
-        if isinstance(chunk, TextDelta):
+        # The exact classes of a message's usual chunks first (issue 13: ~3 chunks per model call).
+        if type(chunk) is TextDelta:
+            self._text.append(chunk.text)
+        elif type(chunk) is Usage:
+            self._usage = chunk
+        elif type(chunk) is Finish:
+            self._finish = chunk.reason
+        elif isinstance(chunk, TextDelta):
             self._text.append(chunk.text)
         elif isinstance(chunk, ReasoningDelta):
             self._reasoning.append(chunk.text)
@@ -77,6 +84,19 @@ class Assembler:
             self._finish = chunk.reason
         else:  # pragma: no cover - the Chunk union is closed
             raise TypeError(f"not a chunk: {chunk!r}")
+
+    def feed_all(self, chunks: list[Chunk]) -> None:
+        """`feed` each chunk, in order: a reply served whole, in one call (issue 13), its text,
+        usage and finish inline."""
+        for chunk in chunks:
+            if type(chunk) is TextDelta:
+                self._text.append(chunk.text)
+            elif type(chunk) is Usage:
+                self._usage = chunk
+            elif type(chunk) is Finish:
+                self._finish = chunk.reason
+            else:
+                self.feed(chunk)
 
     def partial_content(self) -> list[dict[str, Any]]:
         """Reasoning and text received so far, for a message whose stream was interrupted.
@@ -98,7 +118,8 @@ class Assembler:
                 "INCOMPLETE_STREAM", "the model stream ended without a finish reason"
             )
         content = self.partial_content()
-        content.extend(self._tool_call_blocks())
+        if self._calls:
+            content.extend(self._tool_call_blocks())
         return AssembledMessage(content=content, usage=self._usage_dict(), finish=self._finish)
 
     def _tool_call_blocks(self) -> list[dict[str, Any]]:

@@ -29,59 +29,28 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsh.loader.abort import Aborted, AbortSignal
-from dsh.loader.errors import ProviderCode, ProviderError, ScriptedCode
-from dsh.loader.models.protocol import (
-    Chunk,
-    Finish,
-    ModelRequest,
-    OnRetry,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-)
-from dsh.loader.transcripts import (
-    PlaceholderKind,
-    ReplyForm,
-    Transcript,
-    UnresolvedPlaceholder,
-    resolve_placeholders,
-)
-from dsh.loader.transcripts.placeholders import may_hold_placeholders
-
-if TYPE_CHECKING:
-    from dsh.loader.transcripts import Reply  # or its lean record (loader.transcripts.lean)
+from dsh.loader.errors import ProviderCode, ProviderError
+from dsh.loader.models.protocol import Chunk, ModelRequest, OnRetry
+from dsh.loader.models.replay_build import DEFAULT_USAGE, Served, build, plain_chunks
+from dsh.loader.transcripts import PlaceholderKind, Transcript, UnresolvedPlaceholder
 
 __all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
-
 HangListener = Callable[[str], None]
-
-
-@dataclass
-class _Served:
-    """One reply made concrete: placeholders resolved, chunks built."""
-
-    form: ReplyForm
-    chunks: list[Chunk] = field(default_factory=list)  # the message, or the error/hang prefix
-    error: ProviderError | None = None
 
 
 class ReplayProvider:
     name: str = "replay"
     # Its reads hold no task-bound state (no anyio cancel scope, no task-local context), so the loop
     # may start each read on the driver's task and finish a suspended one on another (issue 13,
-    # `loop._first_step`); most reads never suspend: the chunks are already there.
+    # `stream_read._first_step`); most reads never suspend: the chunks are already there.
     reads_move_between_tasks: bool = True
 
     def __init__(self, transcript: Transcript) -> None:
@@ -216,11 +185,18 @@ class ReplayProvider:
         cursor = self._cursor[key]
         if cursor >= len(replies) or replies[cursor].hang is not None:
             return None
-        signal.throw_if_aborted()
-        _, served = self._serve(request)
-        return served.chunks, served.error
+        if signal.aborted:
+            raise Aborted(signal.reason)
+        chunks = plain_chunks(replies[cursor])
+        if chunks is None:  # placeholders, tool calls, an error: `_serve` builds (or fails) it
+            _, served = self._serve(request)
+            return served.chunks, served.error
+        self._cursor[key] = cursor + 1  # `_serve` without its second lookup (issue 13); §15.3 item 4
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("replay: serving reply #%d of %s (%s)", cursor + 1, key, "message")
+        return chunks, None
 
-    def _serve(self, request: ModelRequest) -> tuple[str, _Served]:
+    def _serve(self, request: ModelRequest) -> tuple[str, Served]:
         key = self._key_by_session.get(request.session_id)
         if key is None:
             raise self._fail(
@@ -240,7 +216,7 @@ class ReplayProvider:
             )
         self._cursor[key] = cursor + 1  # §15.3 item 4: counted when served
         try:
-            served = _build(replies[cursor], self._lookup)
+            served = build(replies[cursor], self._lookup)
         except UnresolvedPlaceholder as exc:
             raise self._fail(
                 "REPLAY_PLACEHOLDER", key, f"reply #{cursor + 1} of agent {key}: {exc}"
@@ -347,64 +323,3 @@ def replies_served(events: list[dict[str, Any]]) -> int:
 
 def _contains(items: list[dict[str, str]], item: dict[str, str]) -> bool:
     return any(x is item for x in items)
-
-
-def _build(reply: Reply, lookup: Callable[[PlaceholderKind, str], str | None]) -> _Served:
-    """Resolve every string of `reply` (§15.2) and turn it into chunks; one delta per field."""
-    served = _build_plain(reply)
-    if served is not None:
-        return served
-    data = reply.model_dump()  # a fresh dict per serve: nothing to copy when nothing is resolved
-    if may_hold_placeholders(data):
-        data = resolve_placeholders(data, lookup)
-    form = reply.form
-    if form == "hang":
-        return _Served(form, chunks=_prefix(data["hang"]["text"]))
-    if form == "error":
-        err = data["error"]
-        error = ProviderError(ScriptedCode(err["code"]), err["message"], status=err["status"])
-        return _Served(form, chunks=_prefix(data["text"]), error=error)
-    chunks: list[Chunk] = []
-    if data["reasoning"]:
-        chunks.append(ReasoningDelta(data["reasoning"]))
-    if data["text"]:
-        chunks.append(TextDelta(data["text"]))
-    for index, call in enumerate(data["tool_calls"] or []):
-        chunks.append(ToolCallDelta(index, call["id"], call["name"], _arguments(call["arguments"])))
-    usage = data["usage"]
-    chunks.append(
-        Usage(usage["input_tokens"], usage["output_tokens"]) if usage is not None else DEFAULT_USAGE
-    )
-    chunks.append(Finish(reply.finish_reason))
-    return _Served(form, chunks=chunks)
-
-
-def _build_plain(reply: Reply) -> _Served | None:
-    """`_build` of a message reply without tool calls whose strings hold no `{{` (so no
-    placeholder), read from the reply's fields: no `model_dump` and no JSON text per serve (issue
-    13). The same chunks `_build` makes from the dump (its strings are the reply's own); None for
-    every other reply, which takes the general path."""
-    if reply.tool_calls or reply.hang is not None or reply.error is not None:
-        return None
-    text, reasoning = reply.text, reply.reasoning
-    if (text is not None and "{{" in text) or (reasoning is not None and "{{" in reasoning):
-        return None
-    chunks: list[Chunk] = []
-    if reasoning:
-        chunks.append(ReasoningDelta(reasoning))
-    if text:
-        chunks.append(TextDelta(text))
-    usage = reply.usage
-    chunks.append(Usage(usage.input_tokens, usage.output_tokens) if usage is not None else DEFAULT_USAGE)
-    chunks.append(Finish(reply.finish_reason))
-    return _Served("message", chunks=chunks)
-
-
-def _prefix(text: str | None) -> list[Chunk]:
-    return [TextDelta(text)] if text else []
-
-
-def _arguments(arguments: dict[str, Any] | str) -> str:
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)

@@ -15,7 +15,8 @@ from dsh.loader.session.envelope import EVENT_TYPES, Event, make_header, validat
 from dsh.loader.session.repair import REQUEUED, ReadResult, interrupted_turn_closers, read, replay_inbox
 from dsh.loader.session.prune import prune_tree
 from dsh.loader.session.requests import LoggedRequest, RequestLog, logged_requests
-from dsh.loader.session.session import Session
+from dsh.loader.session.session import Session, snapshot
+from dsh.loader.session.shaped import insertion_text, removal_text, step_text, turn_end_text, turn_text
 from dsh.loader.session.store import FileIO, SessionStore, StoreIO
 from dsh.loader.session.turn_end import ErrorData, TurnEnd, TurnEndKind
 from dsh.loader.session.unmaterialized import PruneOutcome, is_unmaterialized, prune_unmaterialized, unmaterialized_ids
@@ -35,6 +36,7 @@ __all__ = [
     "StoreIO",
     "TurnEnd",
     "TurnEndKind",
+    "insertion_text",
     "interrupted_turn_closers",
     "is_unmaterialized",
     "logged_requests",
@@ -43,7 +45,12 @@ __all__ = [
     "prune_tree",
     "prune_unmaterialized",
     "read",
+    "removal_text",
     "replay_inbox",
+    "snapshot",
+    "step_text",
+    "turn_end_text",
+    "turn_text",
     "unmaterialized_ids",
     "validate_log",
 ]

@@ -7,8 +7,9 @@ receives work; when it fires, one writer task appends the whole queue as one bat
 `asyncio.to_thread` call, through the descriptor the flock is held on (`FileIO.attach`). With
 `fsync`, the batch is then made durable by the store's `SyncGroup` (issue 13 group commit: the syncs
 requested in one loop iteration, by any session's batch or creation, share one `syncfs`/fsync).
-`flush` is the durability barrier (§5.5): it cancels the timer, waits for an in-flight write and
-drains the queue; concurrent flushes share one barrier task; it returns only after the sync.
+`flush` is the durability barrier (§5.5): it cancels the timer (inline I/O leaves it armed, see
+`_flush_inline`), waits for an in-flight write and drains the queue; concurrent flushes share one
+barrier task; it returns only after the sync.
 
 Invariants, per live session:
 - At most one write is in flight (`_Live.writer`); the barrier and the timer only ever start a write
@@ -134,8 +135,12 @@ class WriteBehind:
             live.error = exc
             logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
             return exc
-        if not self.fsync:
-            self._commit(live, count, size, rearm=rearm)
+        if not self.fsync:  # `_commit`, inline (issue 13: three batches per model call)
+            live.error = None
+            live.committed = size
+            del live.queue[:count]
+            if rearm and live.queue and live.barrier is None and live.timer is None:
+                self._arm_timer(live)  # events that arrived during the write
             return None
         writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         writer.add_done_callback(_retrieve)
@@ -228,7 +233,8 @@ class WriteBehind:
         if live is None or live.session is not session:
             return
         if self.inline_io:
-            await self._flush_inline(live)
+            if live.queue or live.writer is not None:  # else nothing to do
+                await self._flush_inline(live)
             return
         if live.barrier is None:
             if not live.queue and live.writer is None:
@@ -243,10 +249,13 @@ class WriteBehind:
         """The barrier without a task (replay runs): with nothing in flight and fsync off it returns
         without suspending; with fsync it waits for the group sync covering its batch, so a
         checkpoint is still durable before the step proceeds. A write in flight is waited for and
-        a failure there retried, as `_drain` does."""
-        if live.timer is not None:
-            live.timer.cancel()
-            live.timer = None
+        a failure there retried, as `_drain` does.
+
+        An armed timer stays armed (issue 13: cancelling it cost a handle per model call, since the
+        events after the model-request checkpoint armed a new one at once): it fires in the next
+        loop iteration, when it writes what was queued after this barrier, or nothing. The write
+        cannot overlap the barrier's: here the writes are inline, and a timer that fires while a
+        group sync is awaited finds the writer in flight and leaves the queue to the barrier."""
         while True:
             if live.writer is not None:
                 await asyncio.shield(live.writer)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dsh.loader.session._codec import _encode
+from dsh.loader.session.shaped import encode_string
 
 if TYPE_CHECKING:
     from dsh.loader.session.session import Session
@@ -119,7 +120,8 @@ class RequestLog:
         self._known: set[tuple[str, str]] = set()
         self._scanned = 0
         self._last_system: tuple[str, str, str] | None = None  # (prompt, hash, data text): rarely changes
-        self._last_tools: tuple[list[dict[str, Any]], _Shared] | None = None  # (the request's list, shared)
+        # (the request's list, shared, its names, their JSON text or None when a name is not a str)
+        self._last_tools: tuple[list[dict[str, Any]], _Shared, list[Any], str | None] | None = None
 
     def record(
         self, *, turn: int, step: int, model: str, system: str, tools: list[dict[str, Any]], message_count: int
@@ -131,16 +133,20 @@ class RequestLog:
         events = self._session.events
         for index in range(self._scanned, len(events)):  # by index: no copy of the log's tail
             event = events[index]
-            kind = _DEFINES.get(event["type"])
-            if kind is not None and isinstance(event["data"].get("hash"), str):
+            if event["type"] not in _DEFINES:  # most events: one set-like lookup (issue 13)
+                continue
+            kind = _DEFINES[event["type"]]
+            if isinstance(event["data"].get("hash"), str):
                 self._known.add((kind[0], event["data"]["hash"]))
         self._scanned = len(events)
         if self._last_system is None or self._last_system[0] != system:
             self._last_system = (system, *_shared_system(system))
         if self._last_tools is None or self._last_tools[0] != tools:
-            self._last_tools = (tools, _shared_tools(tools))
+            names: list[Any] = [t.get("name") for t in tools]
+            names_text = ",".join(map(encode_string, names)) if all(n.__class__ is str for n in names) else None
+            self._last_tools = (tools, _shared_tools(tools), names, names_text)
         s_hash, s_text = self._last_system[1], self._last_system[2]
-        t_copy, t_hash, t_text = self._last_tools[1]
+        (t_copy, t_hash, t_text), names, names_text = self._last_tools[1], self._last_tools[2], self._last_tools[3]
         if ("system", s_hash) not in self._known:
             # A str is immutable: the event may hold the prompt itself; its text is shared.
             self._session.append_encoded(SYSTEM, {"hash": s_hash, "text": system}, s_text, ignorable=True)
@@ -150,9 +156,16 @@ class RequestLog:
             self._known.add(("tools", t_hash))
         data: dict[str, Any] = {
             "turn": turn, "step": step, "model": model, "messageCount": message_count,
-            "systemHash": s_hash, "toolNames": [t.get("name") for t in tools], "toolsHash": t_hash,
+            "systemHash": s_hash, "toolNames": names, "toolsHash": t_hash,  # the names: read-only, shared
         }
-        self._session.append_owned(REQUEST, data, ignorable=True)
+        if names_text is not None and model.__class__ is str and (
+                turn.__class__ is int and step.__class__ is int and message_count.__class__ is int):
+            # issue 13: `_encode(data)`, formatted (the hashes are hex digits); pinned by test_requests
+            text = (f'{{"turn":{turn},"step":{step},"model":{encode_string(model)},"messageCount":{message_count},'
+                    f'"systemHash":"{s_hash}","toolNames":[{names_text}],"toolsHash":"{t_hash}"}}')
+            self._session.append_encoded(REQUEST, data, text, ignorable=True)
+        else:
+            self._session.append_owned(REQUEST, data, ignorable=True)
         self._scanned = len(events)
         return data
 

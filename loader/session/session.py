@@ -19,14 +19,14 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from dsh.loader.errors import ReentrantAppend, SessionError
 from dsh.loader.session._codec import _MARKERS, _c_encode, _decode, _decode_object, _encode, _encode_other, _scan
 from dsh.loader.session.envelope import EVENT_TYPES, Event, encode_line
 from dsh.loader.texts import render
 
-__all__ = ["LineSink", "Observer", "Session", "Sink"]
+__all__ = ["LineSink", "Observer", "Session", "Sink", "snapshot"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ LineSink = Callable[[Event, bytes], None]
 Observer = Callable[[Event], Any]
 """Called with each published event; a returned awaitable is scheduled as a task (§4.1)."""
 
+
+_M = TypeVar("_M", bound=Mapping[str, Any])
 
 _time_ns = time.time_ns  # the default clock: wall-clock ms as `_time_ns() // 1_000_000`
 
@@ -56,6 +58,26 @@ def _snapshot(data: Any, copy: bool = True) -> tuple[dict[str, Any], str]:
         raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-OBJECT", kind=type(copied).__name__))
     return copied, text
 
+
+def snapshot(data: _M) -> tuple[_M, str]:
+    """What `Session.append` makes of `data` before appending it: a copy decoded from its JSON text,
+    and that text, with `append`'s errors (`INVALID_EVENT`). For a value one event holds inside its
+    data and a later event holds whole (the inbox's message: its splice, then its `user/message`),
+    so the text is made once (`Inbox.entry_text`)."""
+    if _c_encode is None or data.__class__ is not dict:
+        return cast("tuple[_M, str]", _snapshot(data, True))  # a dict of the same shape
+    try:  # `_snapshot` inline, as in `Session._append`
+        text = "".join(_c_encode(data, 0))
+    except BaseException as exc:
+        _MARKERS.clear()
+        if isinstance(exc, (TypeError, ValueError)):
+            raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+        raise
+    copied: _M = _scan(text, 0)[0]  # the same shape: a dict decoded from the dict's text
+    return copied, text
+
+
+_MESSAGE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})  # what §5.3 derives from
 
 _TYPE_TEXT: dict[str, str] = {}  # event type -> its JSON text; the types are a small fixed set
 
@@ -122,46 +144,23 @@ class Session:
         """
         return self._append(type, data, ignorable, False)
 
-    def append_encoded(self, type: str, data: dict[str, Any], text: str, *, ignorable: bool = False) -> Event:
-        """`append_owned` with `text` the caller's `_encode(data)`, made once for many sessions
-        (issue 13: every child of a fan-out encoded the same `llm/tools` and `llm/system` data, half
-        of a 1,000-child run's log bytes). Only for data that is never changed once its text is
-        made (`requests.py`'s shared, read-only values); the line written is the one `append`
-        would write, which `test_append_encoded_writes_what_append_writes` pins."""
-        return self._append(type, data, ignorable, False, text)
+    def append_encoded(self, type: str, data: Mapping[str, Any], text: str, *, ignorable: bool = False) -> Event:
+        """`append_owned` with `text` the caller's `_encode(data)`, made once (issue 13): for many
+        sessions (every child of a fan-out encoded the same `llm/tools` and `llm/system` data, half
+        of a 1,000-child run's log bytes), formatted for a fixed shape (`shaped.py`: six of a model
+        call's nine events), or reused from an earlier event holding the same value (`snapshot`:
+        the inbox's message, then its `user/message`). Only for data that is never changed once its
+        text is made (read-only, as all log data); the line written is the one `append` would
+        write, which `test_append_encoded_writes_what_append_writes` and `test_shaped.py` pin.
 
-    def _append(
-        self, type: str, data: Mapping[str, Any], ignorable: bool, copy: bool, text: str | None = None
-    ) -> Event:
-        # One frame per event (issue 13: the snapshot, clock, line and publish helpers were ~6 frames
-        # of ~9 per event, 9 events per model call); the helpers above stay the reference forms.
-        if self.closed:
-            raise SessionError("SESSION_CLOSED", render("R-SESSION-CLOSED", id=self.id))
-        if self._publishing:
-            raise ReentrantAppend(self.id)
-        if not isinstance(type, str) or not type:
-            raise SessionError("INVALID_EVENT", render("R-EVENT-BAD-TYPE", type=type))
-        if type not in EVENT_TYPES and not ignorable:
-            # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
-            raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
-        if text is not None:  # `append_encoded`: the caller made the text once for many sessions
-            copied: dict[str, Any] = cast("dict[str, Any]", data)
-        elif _c_encode is not None and data.__class__ is dict:  # `_snapshot`, inline (`type` is the event type)
-            try:
-                text = "".join(_c_encode(data, 0))
-            except BaseException as exc:
-                _MARKERS.clear()
-                if isinstance(exc, (TypeError, ValueError)):
-                    raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
-                raise
-            # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
-            copied = _scan(text, 0)[0] if copy else data
-        else:
-            copied, text = _snapshot(data, copy)
+        Every append ends here: one frame per event (issue 13: the clock, line, sink and publish
+        helpers were ~6 frames of ~9 per event, 9 events per model call)."""
+        if self.closed or self._publishing or type.__class__ is not str or type not in EVENT_TYPES:
+            self._refuse(type, ignorable)  # raises, unless the type is only ignorable or a str subclass
         seq = len(self.events)
         clock = self._clock
         now = _time_ns() // 1_000_000 if clock is None else clock()
-        event: Event = {"type": type, "seq": seq, "time": now, "data": copied}
+        event: Event = {"type": type, "seq": seq, "time": now, "data": data}
         if ignorable:
             event["ignorable"] = True
         line_sink = self._line_sink
@@ -181,6 +180,38 @@ class Session:
         if self._observers:
             self._publish(event)
         return event
+
+    def _append(self, type: str, data: Any, ignorable: bool, copy: bool) -> Event:
+        """`append` (`copy`) and `append_owned`: the text and, if `copy`, the copy decoded from it
+        (`_snapshot`, inline), then `append_encoded`. Refusals come before the encoding, as they
+        would without it."""
+        if self.closed or self._publishing or type.__class__ is not str or type not in EVENT_TYPES:
+            self._refuse(type, ignorable)
+        if _c_encode is not None and data.__class__ is dict:
+            try:
+                text = "".join(_c_encode(data, 0))
+            except BaseException as exc:
+                _MARKERS.clear()
+                if isinstance(exc, (TypeError, ValueError)):
+                    raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+                raise
+            # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
+            copied = _scan(text, 0)[0] if copy else data
+        else:
+            copied, text = _snapshot(data, copy)
+        return self.append_encoded(type, copied, text, ignorable=ignorable)
+
+    def _refuse(self, type: Any, ignorable: bool) -> None:
+        """Raise what appending an event of `type` must raise now, if anything."""
+        if self.closed:
+            raise SessionError("SESSION_CLOSED", render("R-SESSION-CLOSED", id=self.id))
+        if self._publishing:
+            raise ReentrantAppend(self.id)
+        if not isinstance(type, str) or not type:
+            raise SessionError("INVALID_EVENT", render("R-EVENT-BAD-TYPE", type=type))
+        if type not in EVENT_TYPES and not ignorable:
+            # Load refuses unknown non-ignorable types (§5.1); refusing here keeps the log loadable.
+            raise SessionError("INVALID_EVENT", render("R-EVENT-UNKNOWN-TYPE", type=type))
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Call `observer(event)` after each append, in registration order. Returns an unsubscribe."""
@@ -208,7 +239,10 @@ class Session:
         events, messages = self.events, self._messages
         for i in range(self._derived, len(events)):
             event = events[i]
-            kind, data = event["type"], event["data"]
+            kind = event["type"]
+            if kind not in _MESSAGE_TYPES:  # most events (issue 13: 7 of a model call's 9)
+                continue
+            data = event["data"]
             if kind == "user/message":
                 messages.append(data)
             elif kind == "assistant/message":

@@ -1,4 +1,4 @@
-"""Reads started on the driver's task (issue 13, `loop._first_step`), for providers that declare
+"""Reads started on the driver's task (issue 13, `stream_read._first_step`), for providers that declare
 `reads_move_between_tasks` (the replay provider does).
 
 A read that finishes without suspending returns on the driver's task: no task, future and

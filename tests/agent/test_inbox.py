@@ -74,3 +74,35 @@ def test_the_duplicate_check_follows_claims_removals_and_rebuilds():
         assert err.value.code == "DUPLICATE_MESSAGE"
     rebuilt.append("next-turn", dict(b))  # claimed in the log: not queued after the rebuild
     assert rebuilt.find(b["id"]) == ("next-turn", 1)
+
+
+def test_a_claimed_message_keeps_its_splice_text_for_the_step_that_enters_it_once():
+    """issue 13: the entering step appends `user/message` with the text the splice made, so the
+    text is handed out only for the very object the latest claim returned, and only once."""
+    from dsh.loader.session._codec import _encode
+
+    s = session()
+    inbox = Inbox(s)
+    first, second = user_message("a"), user_message("b")
+    inbox.append("next-turn", first)
+    inbox.append("next-turn", second)
+    [claimed] = inbox.claim("next-turn", 1)
+    assert inbox.entry_text(dict(claimed)) is None  # an equal copy is not the object the log holds
+    assert inbox.entry_text(claimed) == _encode(claimed) == _encode(first)
+    assert inbox.entry_text(claimed) is None  # once
+    [later] = inbox.claim("next-turn", 2)
+    assert inbox.entry_text(later) == _encode(second)
+
+
+def test_a_message_discarded_or_claimed_earlier_has_no_entry_text():
+    s = session()
+    inbox = Inbox(s)
+    kept, dropped = user_message("a"), user_message("b")
+    inbox.append("next-turn", kept)
+    [claimed] = inbox.claim("next-turn", 1)
+    inbox.append("next-step", dropped)
+    stored = inbox.next_step[0]
+    inbox.clear()
+    assert inbox.claim("next-step", 1) == []  # a new claim replaces the last one's texts
+    assert inbox.entry_text(claimed) is None and inbox.entry_text(stored) is None
+    assert inbox._texts == {} and inbox._claimed_texts == {}  # nothing kept for messages gone

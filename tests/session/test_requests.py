@@ -7,9 +7,12 @@ only when its session's log lacks it, counting what a resumed log already holds.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh.loader.errors import SessionError
 from dsh.loader.session import RequestLog, Session, make_header, validate_log
@@ -143,3 +146,24 @@ def test_shared_request_texts_write_the_line_an_append_would(system: str) -> Non
             assert json.loads(line) == event
         assert shared[0][0]["data"] == {"hash": system_hash(system), "text": system}
         assert shared[1][0]["data"] == {"hash": tools_hash(tools), "tools": tools}
+
+
+@given(st.text(st.characters(blacklist_categories=())),
+       st.lists(st.one_of(st.text(st.characters(blacklist_categories=())), st.none(), st.integers()), max_size=3),
+       st.one_of(st.integers(min_value=0), st.booleans()))
+@settings(max_examples=60)
+def test_every_request_record_line_is_what_the_encoder_writes(model: str, names: list[Any], count: int) -> None:
+    """issue 13: `llm/request`'s text is formatted, not encoded, when its fields are exact strs and
+    ints; each line must still be `encode_line` of the event, whatever the model and tool names."""
+    from dsh.loader.session.envelope import encode_line
+
+    lines: list[tuple[dict[str, Any], bytes]] = []
+    session = Session(make_header("session-r"), line_sink=lambda event, line: lines.append((event, line)))
+    log = RequestLog(session)
+    tools = [{"name": n, "description": "d", "parameters": {"type": "object"}} for n in names]
+    log.record(turn=1, step=1, model=model, system="S", tools=tools, message_count=count)
+    log.record(turn=1, step=2, model=model, system="S", tools=tools, message_count=count)
+    assert [event["type"] for event, _ in lines] == ["llm/system", "llm/tools", "llm/request", "llm/request"]
+    for event, line in lines:
+        assert line == encode_line(event)
+        assert json.loads(line)["data"] == event["data"]
