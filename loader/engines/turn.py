@@ -41,10 +41,10 @@ from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.failed_text import KeepFailedText
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
+from dsh.loader.engines.logs import Elsewhere, header_of
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_notice
 from dsh.loader.engines.wire import (
     Charge,
-    ChildRef,
     Delivery,
     InterruptAt,
     PollReply,
@@ -53,13 +53,13 @@ from dsh.loader.engines.wire import (
     TurnInput,
     TurnResult,
 )
-from dsh.loader.errors import ConfigError, SessionError
+from dsh.loader.errors import ConfigError
 from dsh.loader.fences import Fact, Fences
 from dsh.loader.models import Chunk, ModelProvider, ModelRequest, OnRetry, ReplayProvider, Usage
 from dsh.loader.models.budget import RunBudget, RunLimits
-from dsh.loader.session import Session, SessionStore, make_header
-from dsh.loader.subagents import EPOCH_EVENT, Catalogue, CatalogueEntry, ManagerConfig
-from dsh.loader.subagents.epochs import holds_message, latest_epoch, session_holds_message
+from dsh.loader.session import Session
+from dsh.loader.subagents import EPOCH_EVENT, ManagerConfig
+from dsh.loader.subagents.epochs import latest_epoch, session_holds_message
 from dsh.loader.subagents.notice import settlement_detail
 from dsh.loader.subagents.recovery import continuation_message, turn_cut_off
 from dsh.loader.texts import render
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from dsh.loader.models.openai import ModelSettings
 
 
-__all__ = ["NOTICE_LIMIT", "LiveModel", "TreeBudget", "WorkflowLink", "create_log", "run_turn"]
+__all__ = ["NOTICE_LIMIT", "LiveModel", "TreeBudget", "WorkflowLink", "run_turn"]
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     # Before any agent is made (tools_for reads it): the backend creates child sessions in this store,
     # or (homes, README "Homes") leaves each child's log to its own create activity on its own home
     # and lists it from the header it made.
-    elsewhere = _Elsewhere(tree.catalogue, spec.children) if spec.children_elsewhere else None
+    elsewhere = Elsewhere(tree.catalogue, spec.children) if spec.children_elsewhere else None
     if elsewhere is not None:
         tree.catalogue = elsewhere
     tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store,
@@ -362,60 +362,11 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     return result
 
 
-class _Elsewhere(Catalogue):
-    """This home's catalogue, plus the children this run started whose logs may be on another
-    home (README "Homes"): `list_agents` lists them from the header and descriptor their parent
-    made, as it lists them from their logs when they are here."""
-
-    def __init__(self, inner: Catalogue, children: list[ChildRef]) -> None:
-        super().__init__(inner.sessions_dir, live=inner._live)
-        self._made: dict[str, CatalogueEntry] = {}
-        for child in children:
-            if child.header is not None:
-                self.add(child.header, child.descriptor)
-
-    def add(self, header: dict[str, Any], descriptor: dict[str, Any]) -> None:
-        self._made[str(header["id"])] = CatalogueEntry(str(header["id"]), header, descriptor)
-
-    def entries(self) -> list[CatalogueEntry]:
-        here = super().entries()
-        seen = {e.id for e in here}
-        return here + [e for sid, e in self._made.items() if sid not in seen]
-
-
-def _header(who: TreeInput) -> dict[str, Any]:
-    """The session's header as the local engine makes it (its parent's `subagent` made a child's)."""
-    if who.header is not None:
-        return dict(who.header)
-    return make_header(who.session_id, parent_session=who.parent_id, origin="subagent" if who.parent_id else None,
-                       delegation_depth=who.depth, cwd=who.cwd)
-
-
-async def create_log(who: TreeInput) -> None:
-    """Activity `dsh.create_session`'s body: the session's log on this home (header, then a
-    child's descriptor, §8.2), unless it is here already (a retry; a turn appends a missing
-    descriptor)."""
-    store = SessionStore(Path(who.run.home), fsync=who.run.fsync)
-    if store.exists(who.session_id):
-        return
-    try:
-        session = await store.create(_header(who))
-    except SessionError as exc:
-        if exc.code == "SESSION_EXISTS":
-            return  # a parallel attempt made it
-        raise
-    try:
-        if who.descriptor is not None:
-            session.append("subagent/descriptor", who.descriptor)
-    finally:
-        await store.close(session)
-
-
 async def _open_agent(tree: Tree, replay: ReplayProvider | None, who: TreeInput) -> Agent:
     """The session as the local engine would have made it (Tree.create_root, ChildAgents.create)."""
     store = tree.store
     if not store.exists(who.session_id):
-        session = await store.create(_header(who))
+        session = await store.create(header_of(who))
     else:
         session = await store.load(who.session_id)
     if replay is not None:

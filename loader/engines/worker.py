@@ -8,46 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
 import os
-import random
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from dsh.loader.engines.backends import resume_check
 from dsh.loader.engines.client import connect
-from dsh.loader.engines.control import interrupt_workflow, workflow_status
 from dsh.loader.engines.homes import home_id, home_queue
+from dsh.loader.engines.link import TurnLink
 from dsh.loader.config import ModelConfig
 from dsh.loader.engines.pages import Page, PageAsk
 from dsh.loader.engines.projection import has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
-from dsh.loader.engines.turn import LiveModel, create_log, run_turn
+from dsh.loader.engines.logs import create_log
+from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
-    Answer,
-    Charge,
-    Charged,
-    Delivery,
     FailedRun,
     Leftovers,
     Homed,
-    Interrupt,
-    MessageChild,
-    Poll,
-    PollReply,
     ResumeCheck,
     ResumeFound,
-    StartChild,
     TreeInput,
     TreeResult,
     TurnInput,
@@ -63,214 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["TurnActivities", "Workers", "connect", "make_worker", "run_worker"]  # connect: client.py's
 
 logger = logging.getLogger(__name__)
-
-
-# Temporal holds at most 10 updates in flight on one workflow (more are refused, ResourceExhausted,
-# and the client retries them with a backoff of seconds: the ~10 s stalls; issue 12 item 7). A turn
-# keeps its two long-polls and one batch of child starts in flight, and at most this many other
-# updates (send_message, report) on its workflow, so callers from elsewhere (interrupts, `dsh send`,
-# other turns' board polls on the root) keep room.
-OTHER_UPDATES = 4
-
-
-class _Link:
-    """A turn's side of its workflow. Child starts are batched: the first `start_child` goes out
-    at once, the ones asked while a batch is in flight go together in the next (update
-    `start_children`), so a reply of N `subagent` calls costs a few updates, not N."""
-
-    def __init__(self, client: Client, handle: WorkflowHandle[AgentWorkflow, TreeResult],
-                 root: WorkflowHandle[AgentWorkflow, TreeResult], seq: int) -> None:
-        self.client = client
-        self.handle = handle
-        self.root = root
-        self.seq = seq
-        self.source = f"{handle.id}#{seq}"  # this turn, as the fence board knows its facts
-        self._others = asyncio.Semaphore(OTHER_UPDATES)
-        self._starts: _Batched[StartChild, None] = _Batched(self._send_starts)
-
-    async def poll(self, after: int, interrupts: int) -> PollReply:
-        return await self.handle.execute_update(
-            AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after, interrupts=interrupts))
-
-    async def message_child(self, request: MessageChild) -> Answer:
-        async with self._others:
-            return await self.handle.execute_update(AgentWorkflow.message_child, request)
-
-    async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
-        return await interrupt_workflow(self.client, self.root.id, target, request)
-
-    async def statuses(self, ids: list[str]) -> dict[str, str]:
-        found = await asyncio.gather(*(workflow_status(self.client, self.root.id, i) for i in ids))
-        return dict(zip(ids, found, strict=True))
-
-    async def start_child(self, request: StartChild) -> None:
-        await self._starts.ask(request)
-
-    async def _send_starts(self, batch: list[StartChild]) -> list[None]:
-        await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch))
-        return [None] * len(batch)
-
-    async def report(self, delivery: Delivery) -> None:
-        async with self._others:
-            await self.handle.execute_update(AgentWorkflow.report, delivery)
-
-    def heartbeat(self) -> None:
-        activity.heartbeat()
-
-    async def publish_facts(self, facts: list[list[Any]]) -> None:
-        await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
-
-    async def facts_after(self, after: int) -> list[list[Any]]:
-        return await _resent(lambda: self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source]))
-
-    async def charge(self, charge: Charge) -> Charged:
-        if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
-            await self.root.signal(AgentWorkflow.spent, charge.tokens)
-            return Charged()
-        return await _charges(self.root).ask(charge)
-
-
-_CHARGES: dict[str, _Batched[Charge, Charged]] = {}  # root workflow id -> its batcher here, while busy
-# This process as a source of charges, and its batches' numbers (one batch in flight per root).
-_SOURCE = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-_BATCHES = itertools.count(1)
-# Queries that found their batch not yet counted, before the charge fails loudly.
-CHARGE_READS = 20
-
-
-def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Batched[Charge, Charged]:
-    """This worker process's charges to one root's budget, batched: signal `charges`, then query
-    `charged` for the answers. A signal, not an update: a server caps the updates of one workflow
-    run (2,000 by default) and a tree's charges are one per model request and spawn; a query
-    adds nothing to history and sees every signal accepted before it (the server answers it
-    after the workflow task that takes the signal)."""
-    found = _CHARGES.get(root.id)
-    if found is None:
-        async def send(batch: list[Charge]) -> list[Charged]:
-            number = next(_BATCHES)
-            await root.signal(AgentWorkflow.charges, args=[_SOURCE, number, batch])
-            return await _answers(root, number)
-
-        def idle() -> None:
-            if _CHARGES.get(root.id) is found:
-                del _CHARGES[root.id]
-
-        found = _CHARGES[root.id] = _Batched(send, on_idle=idle)
-    return found
-
-
-async def _answers(root: WorkflowHandle[AgentWorkflow, TreeResult], number: int) -> list[Charged]:
-    delay = 0.05
-    for _ in range(CHARGE_READS):
-        answers = await root.query(AgentWorkflow.charged, args=[_SOURCE, number])
-        if answers is not None:
-            return answers
-        # Flow control, not an ordering: a query answered before the signal's workflow task ran.
-        logger.info("charge batch %d of %s not counted yet on %s", number, _SOURCE, root.id)
-        await asyncio.sleep(random.uniform(0.0, delay))
-        delay = min(2 * delay, 1.0)
-    # Typed, and retryable: the turn activity fails and Temporal runs it again.
-    raise ApplicationError(f"the root {root.id} never counted charge batch {number} of {_SOURCE}",
-                           type="CHARGE_UNCOUNTED")
-
-
-_Q = TypeVar("_Q")
-_A = TypeVar("_A")
-
-
-class _Batched(Generic[_Q, _A]):
-    """Requests batched into updates: the first goes out at once, those asked while a batch is in
-    flight go together in the next, one batch in flight at a time (Temporal admits 10 updates in
-    flight per workflow and 2,000 per run). `send` answers a batch with one answer per request,
-    in order; each caller gets its own, or its batch's error."""
-
-    def __init__(self, send: Callable[[list[_Q]], Awaitable[list[_A]]],
-                 on_idle: Callable[[], None] | None = None) -> None:
-        self._send = send
-        self._on_idle = on_idle
-        self._queue: list[tuple[_Q, asyncio.Future[_A]]] = []
-        self._sending: asyncio.Task[None] | None = None
-
-    async def ask(self, request: _Q) -> _A:
-        done: asyncio.Future[_A] = asyncio.get_running_loop().create_future()
-        self._queue.append((request, done))
-        if self._sending is None:
-            self._sending = asyncio.create_task(self._drain())
-        return await done
-
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                # --- S-batch begin --- (take the batch: no await between the read and the reset)
-                batch, self._queue = self._queue, []
-                # --- S-batch end ---
-                try:
-                    answers = await self._send([r for r, _ in batch])
-                except BaseException as exc:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for (_, done), answer in zip(batch, answers, strict=True):
-                    if not done.done():
-                        done.set_result(answer)
-        finally:
-            self._sending = None
-            for _, done in self._queue:  # only when this task itself was cancelled
-                done.cancel()
-            self._queue = []
-            if self._on_idle is not None:
-                self._on_idle()
-
-
-_T = TypeVar("_T")
-
-
-async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
-    """An update the server refuses for backpressure (RESOURCE_EXHAUSTED: a workflow admits only
-    so many in-flight updates, 10 on the dev server, and a fan-out's turns all charge the root) is
-    sent again after a capped, jittered backoff. Flow control, not an ordering: the update is
-    refused before the workflow sees it, so sending it again is its first delivery."""
-    delay = 0.05
-    while True:
-        try:
-            return await call()
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
-                raise
-        await asyncio.sleep(random.uniform(0.0, delay))
-        delay = min(2 * delay, 2.0)
-
-
-# What the server says of an update that met a run closing (continuing as new), unanswered.
-CLOSING_RUN = ("aborted by closing workflow", "unexpected workflow task failure")
-
-
-def _run_closed(exc: BaseException) -> bool:
-    """The update met the end of the run it reached (the workflow continued as new): refused
-    before it was accepted (also when the server refused the closing task for a signal that came
-    meanwhile: "unexpected workflow task failure"), or accepted and never answered. Either way
-    no run has answered it, so a read-only update is sent again (to the workflow id: the run
-    current now)."""
-    if isinstance(exc, RPCError):
-        return any(text in exc.message for text in CLOSING_RUN)
-    if isinstance(exc, WorkflowUpdateFailedError):
-        cause = exc.cause
-        return isinstance(cause, ApplicationError) and "AcceptedUpdateCompletedWorkflow" in str(cause)
-    return False
-
-
-async def _resent(call: Callable[[], Awaitable[_T]]) -> _T:
-    """A read-only long-poll, sent again while the runs it reaches continue as new."""
-    while True:
-        try:
-            return await call()
-        except (RPCError, WorkflowUpdateFailedError) as exc:
-            if not _run_closed(exc):
-                raise
-            logger.info("an update met a run continuing as new; sent again: %r", exc)
 
 
 class TurnActivities:
@@ -300,7 +80,7 @@ class TurnActivities:
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
         alive = asyncio.create_task(_keep_alive(spec.agent.run.heartbeat_seconds / 3))
         try:
-            return await run_turn(spec, _Link(self.client, handle, root, spec.seq),
+            return await run_turn(spec, TurnLink(self.client, handle, root, spec.seq),
                                   retry=activity.info().attempt > 1, live=self.live)
         except ConfigError as exc:
             # This worker's configuration (a missing key): retrying cannot help, the client says why.

@@ -27,27 +27,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        AgentView,
-        Answer,
-        Carried,
-        Charge,
-        Charged,
-        ChildState,
-        Delivery,
-        FailedRun,
-        Interrupt,
-        InterruptAt,
-        MessageChild,
-        Poll,
-        PollReply,
-        ResumeCheck,
-        StartChild,
-        TreeInput,
-        TreeResult,
-        TurnInput,
-        TurnResult,
-        agent_workflow_id,
-        child_workflow_id,
+        AgentView, Answer, Carried, Charge, Charged, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
+        MessageChild, Poll, PollReply, ResumeCheck, StartChild, TreeInput, TreeResult, TurnInput, TurnResult,
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
