@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,17 @@ def temporal_binary() -> str:
     return which
 
 
+# How long a dev server may take to serve: a loud failure, never an ordering. The SDK's 5 s was
+# missed by the shared server's start under a loaded machine (the suite's first tests need it while
+# the other xdist worker still collects).
+STARTUP_SECONDS = 60.0
+
+
 async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=["--headless", *extra_args],
+        dev_server_startup_timeout=timedelta(seconds=STARTUP_SECONDS),
     )
 
 
