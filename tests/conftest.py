@@ -26,22 +26,27 @@ from dsh.loader.transcripts import load_transcript
 # first and the short ones fill in behind them; collected in file order, the pytester tests
 # (tests/testing) came last and kept one worker busy alone for about a sixth of the run. The first
 # two tests go to one worker, the next two to the other: the two longest are not both among the
-# first two. Only the order changes; each file keeps its own test order.
+# first two. Only the order changes; each file keeps its own test order. Quiet-machine seconds of
+# each file's longest tests, after the shared dev server and the killable worker (tests/temporal):
 LONG_POLES = (
-    "tests/headless/test_kill.py",
-    "tests/temporal/test_live.py",
-    "tests/subagents/test_stateful.py",
-    "tests/temporal/test_interrupt_retry.py",
-    "tests/temporal/test_failed_child.py",
-    "tests/temporal/test_faults.py",
+    "tests/temporal/test_stall.py",  # 9 (its fixture: three stalled runs)
+    "tests/subagents/test_stateful.py",  # 8
+    "tests/temporal/test_homeless_control.py",  # 8
+    "tests/headless/test_kill.py",  # 6
+    "tests/test_replay_properties.py",  # 5, 4, 3, 3
+    "tests/temporal/test_server_stream.py",  # eight of 3-8
+    "tests/temporal/test_live.py",  # 5, 5, 5, 3, 3
+    "tests/temporal/test_faults.py",  # 5, 2
+    "tests/temporal/test_interrupt_retry.py",  # 5
+    "tests/temporal/test_projection_cli.py",  # 5
+    "tests/temporal/test_root_continue.py",  # 5, 3
+    "tests/temporal/test_failed_child.py",  # 4, 2
+    "tests/cli/test_fuzz_yaml.py",  # 5, 4
+    "tests/temporal/test_temporal_control.py",  # 4, 3
+    "tests/temporal/test_seam.py",  # 3
     "tests/testing/test_plugin.py",
     "tests/testing/test_readme_example.py",
     "tests/temporal/test_temporal_engine.py",
-    "tests/temporal/test_server_stream.py",
-    "tests/temporal/test_homeless_control.py",
-    "tests/temporal/test_stall.py",
-    "tests/test_replay_properties.py",
-    "tests/cli/test_fuzz_yaml.py",
 )
 
 

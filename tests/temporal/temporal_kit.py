@@ -1,21 +1,31 @@
 """The Temporal test kit: a dev server from the installed `temporal` binary (never a download), a
 worker in this process, and both engines run over one transcript for comparison.
 
+One dev server per test process (each xdist worker), shared by every test that needs no server
+of its own: a start costs ~1 s under load, and ~20 modules and tests each started one. Tests stay
+apart on it by their own task queues (`dsh-test-<uuid>`) and workflow ids (session uuids); a
+listing filters by the tree's root id. A test that changes the server (dynamic config, a restart
+on its SQLite file) starts its own: `dev_server(*extra_args)`.
+
 Skipped, with the reason, only when the `temporal` extra is not installed; under `CI` a missing
 extra fails instead (issue 12 item 6), like the llmock test.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
 import os
 import re
 import shutil
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +64,69 @@ def temporal_binary() -> str:
     return which
 
 
-@asynccontextmanager
-async def dev_server(*extra_args: str) -> AsyncIterator[Client]:
-    """`extra_args`: more `temporal server start-dev` flags (e.g. `--dynamic-config-value K=V`)."""
-    env = await WorkflowEnvironment.start_local(
+# How long a dev server may take to serve: a loud failure, never an ordering. The SDK's 5 s was
+# missed by the shared server's start under a loaded machine (the suite's first tests need it while
+# the other xdist worker still collects).
+STARTUP_SECONDS = 60.0
+
+
+async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+    return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=["--headless", *extra_args],
+        dev_server_startup_timeout=timedelta(seconds=STARTUP_SECONDS),
     )
+
+
+class SharedServer:
+    """This process's shared dev server, started on first use. It lives on a loop of its own in a
+    thread: tests run on per-module and per-test loops, and each connects its own client to it.
+    tests/temporal/conftest.py stops it when the session ends, and a script's exit does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._env: WorkflowEnvironment | None = None
+        self._thread: threading.Thread | None = None
+
+    def address(self) -> str:
+        with self._lock:
+            if self._env is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="shared-dev-server", daemon=True)
+                thread.start()
+                try:
+                    self._env = asyncio.run_coroutine_threadsafe(start_dev_server(), loop).result()
+                except BaseException:
+                    loop.call_soon_threadsafe(loop.stop)
+                    raise
+                self._loop, self._thread = loop, thread
+                atexit.register(self.stop)
+            target: str = self._env.client.service_client.config.target_host
+            return target
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._env is None or self._loop is None or self._thread is None:
+                return
+            asyncio.run_coroutine_threadsafe(self._env.shutdown(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+            self._env = self._loop = self._thread = None
+
+
+SHARED = SharedServer()
+
+
+@asynccontextmanager
+async def dev_server(*extra_args: str) -> AsyncIterator[Client]:
+    """A client of the shared dev server; with `extra_args` (more `temporal server start-dev` flags,
+    e.g. `--dynamic-config-value K=V`), of a server of its own, stopped on exit."""
+    if not extra_args:
+        yield await Client.connect(await asyncio.to_thread(SHARED.address))
+        return
+    env = await start_dev_server(*extra_args)
     try:
         yield env.client
     finally:
@@ -69,7 +135,7 @@ async def dev_server(*extra_args: str) -> AsyncIterator[Client]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client() -> AsyncIterator[Client]:
-    """One dev server for a test module, on the module's loop: a module imports it by name
+    """A client of the shared dev server on the module's loop: a module imports it by name
     (`from temporal_kit import client`) and marks its tests `loop_scope="module"`."""
     async with dev_server() as c:
         yield c

@@ -39,7 +39,8 @@ from dsh.loader.sinks import RunSinks
 from dsh.loader.subagents import continuation_message
 from dsh.loader.testing.runner import plan_flow
 
-DSH = [sys.executable, "-c", "from dsh.cli.main import entry; entry()"]
+# `dsh worker` as a test SIGKILLs it: its workflow tasks leave its sticky queue after 1 s, not 10 s.
+KILLABLE = [sys.executable, str(Path(__file__).with_name("killable_worker.py"))]
 HEARTBEAT = 2.0
 BACKSTOP = 120  # a loud failure, never an ordering
 
@@ -140,11 +141,12 @@ def inserted(store: SessionStore, session_id: str) -> list[dict[str, Any]]:
 
 @contextmanager
 def dsh_worker(address: str, queue: str, cwd: Path, **extra_env: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`dsh worker` in its own process group; `extra_env` adds to its environment (e.g. a key)."""
+    """`dsh worker` in its own process group, killable (killable_worker.py); `extra_env` adds to its
+    environment (e.g. a key)."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
     env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue, **extra_env)
     with open(cwd / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:  # a file: a full pipe would stop it
-        proc = subprocess.Popen([*DSH, "worker"], env=env, cwd=cwd, start_new_session=True,
+        proc = subprocess.Popen([*KILLABLE, "worker"], env=env, cwd=cwd, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
         yield proc

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from temporal_kit import BACKSTOP_SECONDS, dev_server
@@ -58,7 +59,7 @@ def test_a_local_run_never_imports_temporalio(tmp_path: Path) -> None:
 async def test_dsh_worker_serves_dsh_run_engine_temporal_and_sessions_reads_the_projection(tmp_path: Path) -> None:
     async with dev_server() as client:
         target = client.service_client.config.target_host
-        worker_env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE="cli-e2e")
+        worker_env = env_without_dsh(DSH_TEMPORAL__ADDRESS=target, DSH_TEMPORAL__TASK_QUEUE=f"cli-e2e-{uuid.uuid4().hex[:8]}")
         # The client's runs take the Temporal fence backstop (temporal_kit); the worker, under the
         # default profile, refuses `testing.*` settings, and needs none (fences come with the run).
         env = {**worker_env, "DSH_TESTING__FENCE_TIMEOUT_SECONDS": str(BACKSTOP_SECONDS)}

@@ -14,6 +14,7 @@ server, in pages a reader workflow's activity reads on the workers' home.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import uuid
@@ -28,6 +29,7 @@ from test_temporal_engine import MANUAL, SHIPPED
 
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
+from dsh.loader.engines.pages import PASS_END, Page
 from dsh.loader.engines.projection import TreeProjection, TreeTail
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.stream import ServerFeed, StreamMode
@@ -73,16 +75,25 @@ def lines(records: list[dict[str, Any]]) -> list[str]:
 
 async def both_reads(client: Client, workers: Path, root_id: str, queue: str) -> tuple[Any, Any]:
     """A finished tree read twice from the start: from the home, in one pass; from the server, in
-    pages of at most 700 bytes and 3 lines. Each: its records, ledgers and logs."""
+    pages of at most 2,000 bytes and 3 lines, so that passes are cut and the longest lines (model
+    requests) go in pieces. Each: its records, ledgers and logs."""
     home_records: list[dict[str, Any]] = []
     tail = TreeTail(workers, root_id, RunSinks(records=opened(home_records)), keep=True)
     tail.poll()
     server_records: list[dict[str, Any]] = []
     projection = TreeProjection(root_id, RunSinks(records=opened(server_records)), keep=True)
-    feed = ServerFeed(client, queue, workers / "elsewhere", projection, max_bytes=700, max_lines=3)
+    feed = ServerFeed(client, queue, workers / "elsewhere", projection, max_bytes=2000, max_lines=3)
+    in_pieces: list[str] = []  # pieces that end inside a line
+
+    def fed(page: Page) -> None:
+        in_pieces.extend(data for index, data in page.pieces
+                         if index != PASS_END and not base64.b64decode(data).endswith(b"\n"))
+        ServerFeed.feed(feed, page)
+
+    feed.feed = fed  # type: ignore[method-assign]
     async with make_worker(client, queue, home=workers):
         await feed.drain()
-    assert feed.pages > 1  # the pass was cut into pages
+    assert feed.pages > 1 and in_pieces  # the pass was cut into pages, a long line into pieces
 
     def seen(tree: TreeProjection, records: list[dict[str, Any]]) -> dict[str, Any]:
         raw = {sid: bytes(data) for sid, data in (tree.raw or {}).items()}
