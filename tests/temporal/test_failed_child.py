@@ -22,7 +22,7 @@ import pytest
 from temporal_kit import client, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 
-from dsh.loader.engines import residents, settle, turn, worker
+from dsh.loader.engines import calls, settle, turn, worker
 from dsh.loader.engines.settle import FAILED_CODE, settle_failed
 from dsh.loader.engines.wire import FailedRun, TurnInput, TurnResult
 from dsh.loader.errors import ConfigError
@@ -144,7 +144,7 @@ async def test_a_child_run_failed_by_a_result_over_the_payload_limit_settles_onc
     monkeypatch.setattr(turn, "NOTICE_LIMIT", 64 * 1024 * 1024)
     # All five attempts fail so, 0.1 s apart and doubling instead of 1 s (the workflow module takes
     # the policy as the sandbox imports it for each run).
-    monkeypatch.setattr(residents, "TURN_RETRY", dataclasses.replace(residents.TURN_RETRY, initial_interval=QUICK_RETRY))
+    monkeypatch.setattr(calls, "TURN_RETRY", dataclasses.replace(calls.TURN_RETRY, initial_interval=QUICK_RETRY))
     after_the_roots_first_turn(monkeypatch, refuse=False)
     path = script(tmp_path, [{"text": BIG}, {"text": "AGAIN_OK"}], resumed_turn=3)
     await check_settled_and_resumed(client, tmp_path, path, big=True)

@@ -31,7 +31,7 @@ from temporal_kit import dev_server
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.worker import Replayer
-from test_faults import DSH, Run
+from test_faults import KILLABLE, Run
 from test_temporal_engine import COLD_RESUME
 
 from dsh.loader.config import TemporalConfig
@@ -288,7 +288,7 @@ def home_worker(address: str, queue: str, home: Path, cwd: Path) -> subprocess.P
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
     env.update(DSH_TEMPORAL__ADDRESS=address, DSH_TEMPORAL__TASK_QUEUE=queue)
     with open(cwd / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:  # a file: a full pipe would stop it
-        return subprocess.Popen([*DSH, "worker", "--home", str(home)], env=env, cwd=cwd, start_new_session=True,
+        return subprocess.Popen([*KILLABLE, "worker", "--home", str(home)], env=env, cwd=cwd, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=log)
 
 
