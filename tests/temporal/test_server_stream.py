@@ -91,6 +91,13 @@ async def both_reads(client: Client, workers: Path, root_id: str, queue: str) ->
         ServerFeed.feed(feed, page)
 
     feed.feed = fed  # type: ignore[method-assign]
+
+    async def one_home() -> list[str]:
+        # The tree is on one home, read on the shared queue ([] homes). Asked, the closed root
+        # (its worker gone) would leave the `homes` query unanswered until HOMES_RPC (10 s).
+        return []
+
+    feed.homes = one_home  # type: ignore[method-assign]
     async with make_worker(client, queue, home=workers):
         await feed.drain()
     assert feed.pages > 1 and in_pieces  # the pass was cut into pages, a long line into pieces
