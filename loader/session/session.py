@@ -59,6 +59,14 @@ def _snapshot(data: Any, copy: bool = True) -> tuple[dict[str, Any], str]:
     return copied, text
 
 
+def _not_json(exc: BaseException) -> None:
+    """An inline encoding failed (off the hot path): reset the encoder's circular-marker table and
+    raise `INVALID_EVENT` for data that is not JSON; any other failure the caller re-raises."""
+    _MARKERS.clear()
+    if isinstance(exc, (TypeError, ValueError)):
+        raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+
+
 def snapshot(data: _M) -> tuple[_M, str]:
     """What `Session.append` makes of `data` before appending it: a copy decoded from its JSON text,
     and that text, with `append`'s errors (`INVALID_EVENT`). For a value one event holds inside its
@@ -69,9 +77,7 @@ def snapshot(data: _M) -> tuple[_M, str]:
     try:  # `_snapshot` inline, as in `Session._append`
         text = "".join(_c_encode(data, 0))
     except BaseException as exc:
-        _MARKERS.clear()
-        if isinstance(exc, (TypeError, ValueError)):
-            raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+        _not_json(exc)
         raise
     copied: _M = _scan(text, 0)[0]  # the same shape: a dict decoded from the dict's text
     return copied, text
@@ -191,9 +197,7 @@ class Session:
             try:
                 text = "".join(_c_encode(data, 0))
             except BaseException as exc:
-                _MARKERS.clear()
-                if isinstance(exc, (TypeError, ValueError)):
-                    raise SessionError("INVALID_EVENT", render("R-EVENT-NOT-JSON", error=exc)) from exc
+                _not_json(exc)
                 raise
             # A dict's text always decodes to a dict (`_snapshot` checks it for other mappings).
             copied = _scan(text, 0)[0] if copy else data
