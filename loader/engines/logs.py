@@ -1,19 +1,17 @@
-"""A session's log on this worker's home (loader/engines/README.md "Homes"): made by its own
-create activity where the activity lands, with the header its parent's `subagent` made; and the
-catalogue `list_agents` reads, which also names the children whose logs are on other homes.
+"""A session's log on its home (loader/engines/README.md "Homes"): the header its first turn
+writes there (`header_of`: the one its parent's `subagent` made, for a child), and the catalogue
+`list_agents` reads, which also names the children whose logs are on other homes.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from dsh.loader.engines.wire import ChildRef, TreeInput
-from dsh.loader.errors import SessionError
-from dsh.loader.session import SessionStore, make_header
+from dsh.loader.session import make_header
 from dsh.loader.subagents import Catalogue, CatalogueEntry
 
-__all__ = ["Elsewhere", "create_log", "header_of"]
+__all__ = ["Elsewhere", "header_of"]
 
 
 class Elsewhere(Catalogue):
@@ -43,23 +41,3 @@ def header_of(who: TreeInput) -> dict[str, Any]:
         return dict(who.header)
     return make_header(who.session_id, parent_session=who.parent_id, origin="subagent" if who.parent_id else None,
                        delegation_depth=who.depth, cwd=who.cwd)
-
-
-async def create_log(who: TreeInput) -> None:
-    """Activity `dsh.create_session`'s body: the session's log on this home (header, then a
-    child's descriptor, §8.2), unless it is here already (a retry; a turn appends a missing
-    descriptor)."""
-    store = SessionStore(Path(who.run.home), fsync=who.run.fsync)
-    if store.exists(who.session_id):
-        return
-    try:
-        session = await store.create(header_of(who))
-    except SessionError as exc:
-        if exc.code == "SESSION_EXISTS":
-            return  # a parallel attempt made it
-        raise
-    try:
-        if who.descriptor is not None:
-            session.append("subagent/descriptor", who.descriptor)
-    finally:
-        await store.close(session)

@@ -3,10 +3,12 @@
 `wire`); the commands and handlers stay on `AgentWorkflow`, which reads and sets these fields.
 
 Each worker with a home serves the shared task queue and its home queue (`<taskQueue>@<home id>`).
-A session's log is made by its first activity, `dsh.create_session`, on the shared queue (so a
-fan-out spreads over the homes), which answers its worker's home queue; every later activity that
-reads or writes that log runs on that queue (`queue()`): the turns, the failed-run settlement, the
-cold-resume check of a child (`of(child)`), and the child's next epoch starts pinned to it.
+A session's first activity, `dsh.create_session` on the shared queue (so a fan-out spreads over the
+homes), claims a home for its log: it answers its worker's home queue and writes nothing. Every
+activity that reads or writes that log runs on that queue (`queue()`): the turns (the first one
+makes the log), the failed-run settlement, the cold-resume check of a child (`of(child)`), and the
+child's next epoch starts pinned to it. A claim retried after its worker died leaves nothing on
+the first home, so the log is made in exactly one.
 
 Invariants:
 - `mine` is set once (by the create activity, or given: a cold resume, a run continued as new) and
@@ -16,6 +18,8 @@ Invariants:
 - `tree` (the root) holds every home queue a session of the tree reported, in the order learnt: the
   server stream reads a page on each (stream.py). A child tells the root only of a home its parent
   did not know (`TreeInput.known_homes`), so a tree on one home sends no signal for it.
+- `heard[child]` is the homes a child's last run knew (its result); its next epoch starts knowing
+  them, so a parent in a later epoch finds the logs of its earlier epochs' children;
 - disabled (`HOMES_PATCH` absent: a history recorded before it), every queue is None: the
   workflow's own task queue, as before.
 """
@@ -30,10 +34,13 @@ from temporalio.common import RetryPolicy
 
 from dsh.loader.engines.wire import Carried, Homed, TreeInput
 
-__all__ = ["CREATE_ACTIVITY", "HOMES_PATCH", "Homes", "pin"]
+__all__ = ["CHILD_HOMES_PATCH", "CREATE_ACTIVITY", "HOMES_PATCH", "Homes", "pin"]
 
 # The patch that pins each session's activities to the home queue of its log (README "Homes").
 HOMES_PATCH = "home-queues"
+# A child's later epoch is told the homes its last run knew (`TreeResult.known_homes`), so it finds
+# the logs of the children of its earlier epochs; before it, such a child was NOT_RESUMABLE.
+CHILD_HOMES_PATCH = "later-epoch-knows-child-homes"
 CREATE_ACTIVITY = "dsh.create_session"
 CREATE_TIMEOUT = timedelta(seconds=30)
 CREATE_RETRY = RetryPolicy(maximum_attempts=5)
@@ -48,6 +55,7 @@ class Homes:
         self.children: dict[str, str] = dict(carried.homes)
         self.tree: list[str] = list(carried.tree_homes)
         self.known: list[str] = list(input.known_homes)
+        self.heard: dict[str, list[str]] = {k: list(v) for k, v in carried.heard_homes.items()}
         if self.mine is not None:
             self.note(self.mine)
 
@@ -76,6 +84,19 @@ class Homes:
             self.children[child_id] = queue
             self.note(queue)
 
+    def heard_from(self, child_id: str, known: list[str]) -> None:
+        """The homes a child's run knew (its result): its next epoch is told them (`known_for`)."""
+        if known and self.enabled:
+            self.heard[child_id] = list(known)
+
+    def known_for(self, child_id: str, epoch: int) -> list[str]:
+        """The `known_homes` of a child's run: this run's, and for a later epoch the homes its last
+        run knew, so its resume checks find the children of its earlier epochs (CHILD_HOMES_PATCH)."""
+        known = list(self.known)
+        if epoch > 1 and child_id in self.heard and workflow.patched(CHILD_HOMES_PATCH):
+            known += [q for q in self.heard[child_id] if q not in known]
+        return known
+
     def queue(self) -> str | None:
         """The task queue of this session's own activities (None: the workflow's)."""
         return self.mine if self.enabled else None
@@ -96,7 +117,8 @@ class Homes:
 
     def carry(self) -> dict[str, Any]:
         """The `Carried` fields of the table."""
-        return {"homes": dict(self.children), "tree_homes": list(self.tree)}
+        return {"homes": dict(self.children), "tree_homes": list(self.tree),
+                "heard_homes": {k: list(v) for k, v in self.heard.items()}}
 
 
 async def pin(homes: Homes, input: TreeInput) -> None:

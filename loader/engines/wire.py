@@ -158,6 +158,7 @@ class Carried:
     quiet: int = 0  # the first `quiet` deliveries wake no one (a turn that failed for good had them)
     homes: dict[str, str] = field(default_factory=dict)  # child -> the home queue holding its log
     tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
+    heard_homes: dict[str, list[str]] = field(default_factory=dict)  # child -> the homes its last run knew
 
 
 @dataclass
@@ -381,3 +382,6 @@ class TreeResult:
     # resident: a run terminated by hand drains none), released by the parent that settles it.
     spawned: list[str] = field(default_factory=list)
     home_queue: str | None = None  # the queue of the home holding this session's log (README "Homes")
+    # The home queues this run knew (its children's among them): its next epoch, a new run that
+    # never heard its children's results, looks for their logs there (README "Homes").
+    known_homes: list[str] = field(default_factory=list)

@@ -28,7 +28,6 @@ from dsh.loader.engines.pages import Page, PageAsk
 from dsh.loader.engines.projection import has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
-from dsh.loader.engines.logs import create_log
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
     FailedRun,
@@ -90,11 +89,16 @@ class TurnActivities:
 
     @activity.defn(name="dsh.create_session")
     async def create_session(self, agent: TreeInput) -> Homed:
-        """A session's first activity (pinning.py): its log made here, on this worker's home, as
-        the local engine makes it (a child: header, then descriptor, §8.2); every later activity of
-        the session runs on the queue answered. A log already here (a retry) is left as it is."""
-        await create_log(dataclasses.replace(agent, run=dataclasses.replace(agent.run, home=self._at_home(agent.run.home))))
-        return Homed(home_queue=self.home_queue)
+        """A session's first activity (pinning.py): it claims this worker's home for the session's
+        log and writes nothing; the session's first turn, pinned to the queue answered, makes the
+        log there (turn._open_agent: header, a child's descriptor, §8.2). So a claim whose worker
+        died before answering, retried on another home, leaves nothing behind: the log is made
+        once, in the one home the workflow was told (README "Homes"). (Its name is the histories'.)"""
+        return Homed(home_queue=self.claim(agent))
+
+    def claim(self, agent: TreeInput) -> str | None:
+        """The home queue a session's log goes to: this worker's (a seam for the tests' placement)."""
+        return self.home_queue
 
     @activity.defn(name="dsh.resume_check")
     async def resume_check(self, check: ResumeCheck) -> ResumeFound:

@@ -125,6 +125,7 @@ class AgentWorkflow(RunEnds):
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._s.result(last)
         result.home_queue = self._homes.mine
+        result.known_homes = list(self._homes.known) if self._homes.enabled else []
         if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
         return result
@@ -374,6 +375,7 @@ class AgentWorkflow(RunEnds):
         the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
         self._homes.learn(child_id, result.home_queue)  # its next epoch and resume check go there
+        self._homes.heard_from(child_id, result.known_homes)  # and its next epoch's resume checks
         if not self._residents.enter(key):
             return
         self._s.violations.extend(result.violations)

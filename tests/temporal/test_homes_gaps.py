@@ -1,0 +1,192 @@
+"""Homes: the gaps issue 12 left (loader/engines/README.md "Homes"), two homes in this process.
+
+- A create activity whose worker failed after doing its work and before answering is retried on
+  another home's worker: the session's log is made once, in the home the workflow was told (the
+  claim writes nothing; the first turn, pinned there, makes the log), none on the first home.
+- A parent in a later epoch cold-resumes a child of its earlier epoch whose home only that earlier
+  run heard of (its own parent never did): the later run is told the homes its last run knew
+  (`TreeResult.known_homes`), so the resume check finds the log and the child's next epoch runs
+  on its home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from killable_worker import KillableWorker
+from temporal_kit import backstopped, client, comparable, records_of, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from test_homes import BACKSTOP, queues_of, run_ids, run_tree_temporal, sessions_in, tree_sessions
+
+from dsh.loader.engines import worker as worker_module
+from dsh.loader.engines.control import user_call
+from dsh.loader.engines.homes import home_id, home_queue
+from dsh.loader.engines.wire import Homed, TreeInput, agent_workflow_id
+from dsh.loader.engines.worker import TurnActivities, make_worker
+from dsh.loader.headless import RunRequest
+from dsh.loader.ndjson import RecordStream
+from dsh.loader.sinks import RunSinks
+from dsh.loader.testing.runner import plan_flow
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(autouse=True)
+def quick_sticky(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workflow whose worker left goes to the other worker after 1 s, not the SDK's 10 s
+    (killable_worker.py: the same path, taken sooner)."""
+    monkeypatch.setattr(worker_module, "Worker", KillableWorker)
+
+
+async def own_client(client: Client) -> Client:
+    """A client per worker (the SDK allows one worker per task queue and client)."""
+    return await Client.connect(client.service_client.config.target_host, namespace=client.namespace)
+
+
+def request_for(plan: Any, home: Path, records: list[dict[str, Any]]) -> RunRequest:
+    sinks = RunSinks(records=RecordStream(records.append))
+    return RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True,
+                      sinks=sinks)
+
+
+# -- a create activity retried after its worker did its work ----------------------------------------
+
+async def test_a_create_retried_on_another_home_after_its_first_attempt_leaves_one_log_in_one_home(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker `a` alone takes the root's create activity, does all the activity does, then fails
+    before answering (as a worker that died there) and leaves; a worker on `b` takes the retry.
+    Every log of the tree is whole on b, none (not even a header) on a, and the stream is the
+    local engine's."""
+    plan = plan_flow("four-children-one-step")
+    local = await records_of(plan, tmp_path / "local")
+    a, b = tmp_path / "a", tmp_path / "b"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    failed = asyncio.Event()
+
+    class FailsAfterItsWork(TurnActivities):
+        @activity.defn(name="dsh.create_session")
+        async def create_session(self, agent: TreeInput) -> Homed:
+            answer = await super().create_session(agent)
+            if not failed.is_set():
+                failed.set()
+                raise ApplicationError("the worker died before answering")
+            return answer
+
+    records: list[dict[str, Any]] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(worker_module, "TurnActivities", FailsAfterItsWork)
+        first = make_worker(await own_client(client), queue, home=a)
+    await first.__aenter__()
+    try:
+        task = asyncio.ensure_future(run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client))
+        await asyncio.wait_for(failed.wait(), BACKSTOP)
+    finally:
+        await first.__aexit__()
+    async with make_worker(await own_client(client), queue, home=b):
+        result = await asyncio.wait_for(task, BACKSTOP)
+    records.append({"type": "result", **result.to_json()})
+    assert comparable(records) == comparable(local)
+    assert sessions_in(a) == set()
+    assert sessions_in(b) == tree_sessions(records)
+    scheduled = await queues_of(client, result.root_session_id)
+    assert scheduled[0] == ("dsh.create_session", queue)
+    assert all(q == home_queue(queue, home_id(b)) for _, q in scheduled[1:]), scheduled
+
+
+# -- a later-epoch parent's children of its earlier epochs ------------------------------------------
+
+# root -> mid -> par -> leaf. par's epoch 1 starts leaf; mid resumes par (epoch 2), whose held turn
+# keeps its run open while the test sends leaf a message through par (as `dsh send` does): leaf's
+# home is one only par's first run heard of.
+NESTED = {
+    "name": "later-epoch-child",
+    "fences": [{"hold": {"agent": "par", "turn": 3, "step": 2,
+                         "until": {"inboxAccepted": {"agent": "par", "kind": "subagent-settled", "count": 2}}}}],
+    "agents": {
+        "root": {"replies": [{"toolCalls": [{"id": "m", "name": "subagent", "arguments": {"label": "mid", "prompt": "Go mid."}}]},
+                             {"text": "STARTED"}, {"text": "DONE"}]},
+        "mid": {"spawnedBy": "m", "replies": [
+            {"toolCalls": [{"id": "p", "name": "subagent", "arguments": {"label": "par", "prompt": "Go par."}}]},
+            {"text": "M1"},
+            {"toolCalls": [{"id": "again", "name": "send_message",
+                            "arguments": {"agent_id": "{{child:p}}", "message": "Again."}}]},
+            {"text": "M2"}, {"text": "M3"}]},
+        "par": {"spawnedBy": "p", "replies": [
+            {"toolCalls": [{"id": "l", "name": "subagent", "arguments": {"label": "leaf", "prompt": "Go leaf."}}]},
+            {"text": "P1"}, {"text": "P2"},
+            {"toolCalls": [{"id": "look", "name": "list_agents", "arguments": {}}]},
+            {"text": "P3"}, {"text": "P4"}]},
+        "leaf": {"spawnedBy": "l", "replies": [{"text": "L1"}, {"text": "L2"}]},
+    },
+}
+
+
+def epochs_in(home: Path, session_id: str) -> list[int]:
+    lines = [json.loads(line) for line in (home / "sessions" / session_id / "session.jsonl").read_text().splitlines()]
+    return [e["data"]["epoch"] for e in lines if e.get("type") == "subagent/epoch"]
+
+
+async def epoch_running(client: Client, workflow_id: str, epoch: int) -> None:
+    """The workflow's latest run is epoch `epoch` (a state of the server's, read until it holds)."""
+    while True:
+        try:
+            history = await client.get_workflow_handle(workflow_id).fetch_history()
+            started = history.events[0].workflow_execution_started_event_attributes
+            if json.loads(started.input.payloads[0].data).get("epoch") == epoch:
+                return
+        except Exception:  # noqa: BLE001  (not started yet)
+            pass
+        await asyncio.sleep(0.1)  # polling a server state, not an ordering: the run exists or not
+
+
+async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a_home_only_that_epoch_knew(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+    ids: dict[str, str] = {}
+    leaf_known = asyncio.Event()
+
+    class Placed(TurnActivities):
+        """The homes' spread made certain: leaf's log on b, every other on a (the claim writes
+        nothing, so any worker may name either queue)."""
+
+        def claim(self, agent: TreeInput) -> str | None:
+            call = (agent.descriptor or {}).get("spawnCallId")
+            ids[str(call)] = agent.session_id
+            if call == "l":
+                leaf_known.set()
+            return on_b if call == "l" else on_a
+
+    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    plan = plan_flow(write_transcript(tmp_path, NESTED))
+    records: list[dict[str, Any]] = []
+    async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
+        task = asyncio.ensure_future(run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client))
+        await asyncio.wait_for(leaf_known.wait(), BACKSTOP)
+        root = ids["None"]
+        par = agent_workflow_id(root, ids["p"])
+        await asyncio.wait_for(epoch_running(client, par, 2), BACKSTOP)
+        answer = await user_call(client, root, "subagent.send",
+                                 {"parentSessionId": ids["p"], "childSessionId": ids["l"], "message": "Say L2."})
+        assert answer is not None and "messageId" in answer  # not NOT_RESUMABLE
+        result = await asyncio.wait_for(task, BACKSTOP)
+    assert result.violations == []
+    assert sessions_in(b) == {ids["l"]}
+    assert sessions_in(a) == {root, ids["m"], ids["p"]}
+    assert epochs_in(a, ids["p"]) == [1, 2]
+    assert epochs_in(b, ids["l"]) == [1, 2]  # leaf's second epoch in its one log, on b
+    leaf = agent_workflow_id(root, ids["l"])
+    [second] = await run_ids(client, par, leaf)  # par's epoch 2 started leaf's
+    assert await queues_of(client, leaf, second) == [("dsh.turn", on_b)]
+    # par's epoch 2 found leaf's log on b, having been told b by mid (from par's epoch 1 result).
+    assert ("dsh.resume_check", on_b) in await queues_of(client, par)
