@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def transcript(n: int) -> dict:
@@ -79,6 +80,36 @@ def run_once(cmd: list[str], env: dict[str, str], label: str = "") -> tuple[floa
         return wall, usage.ru_maxrss / 1024, out.read().decode()
 
 
+def area_of(filename: str, function: str) -> str:
+    """The part of the process a profiled function belongs to: a dsh package (loader/session by
+    module, its hot layer), asyncio, a C built-in by name, or the rest of the standard library."""
+    if "/loader/session/" in filename:
+        return "loader/session/" + Path(filename).stem
+    for root in ("/loader/", "/cli/"):
+        if root in filename:
+            tail = filename.split(root, 1)[1]
+            return root.strip("/") + ("/" + tail.split("/", 1)[0] if "/" in tail else "")
+    if "/asyncio/" in filename:
+        return "asyncio"
+    if filename == "~":
+        return "built-in " + function.split(" of ")[0].replace("<built-in method ", "").replace("<method ", "").strip("<>")
+    return "other: " + Path(filename).stem
+
+
+def print_shares(stats: Any) -> None:
+    """Own time (tottime) grouped by `area_of`, the top 20: the README's profile summary."""
+    own: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for (filename, _, function), (_, ncalls, tottime, _, _) in stats.stats.items():
+        area = area_of(filename, function)
+        own[area] = own.get(area, 0.0) + tottime
+        calls[area] = calls.get(area, 0) + ncalls
+    total = sum(own.values()) or 1.0
+    print(f"own time by area (of {total:.2f}s under cProfile):")
+    for area, spent in sorted(own.items(), key=lambda kv: -kv[1])[:20]:
+        print(f"  {100 * spent / total:5.1f}%  {calls[area]:9,d} calls  {area}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--children", default="100,1000,3000", help="comma-separated N values")
@@ -115,6 +146,7 @@ def main() -> None:
 
             print(f"profile of N={args.profile} fsync={str(fsync).lower()} (wall under cProfile {wall:.2f}s)")
             stats = pstats.Stats(str(prof))
+            print_shares(stats)
             stats.sort_stats("tottime").print_stats(20)
             return
 
