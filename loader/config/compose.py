@@ -143,7 +143,8 @@ def compose(
     if lean:
         from dsh.loader.config.lean import lean_config
 
-        config = lean_config(merged.values)
+        strings = [path for path, layer in merged.origins.items() if layer.kind == "env"]
+        config = lean_config(merged.values, strings)
     if config is None:
         from pydantic import ValidationError
 

@@ -10,6 +10,7 @@ its `AfterValidator`s, so both validators run the same function.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from dsh.loader.lean import FRESH, Field, Schema, camel, validate
@@ -118,6 +119,65 @@ for _schema in SCHEMAS.values():
     _schema.models = SCHEMAS
 
 
-def lean_config(values: Any) -> Any:
-    """A `Config`-shaped record of the merged layers, or None: validate them with pydantic instead."""
+def lean_config(values: Any, strings: Iterable[tuple[Any, ...]] = ()) -> Any:
+    """A `Config`-shaped record of the merged layers, or None: validate them with pydantic instead.
+
+    `strings` are the paths whose value came from an environment variable: a string there that
+    names a bool or a number is what pydantic parses in lax mode, and is parsed here first where
+    `_from_string` is sure of the result (else pydantic answers)."""
+    for path in strings:
+        values = _parsed(values, tuple(path))
+        if values is None:
+            return None
     return validate(CONFIG, values)
+
+
+_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_FLOAT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,17})?")
+_BOOL_TEXT = {"true": True, "false": False}
+
+
+def _parsed(values: Any, path: tuple[Any, ...]) -> Any:
+    """`values` with the string at `path` parsed as pydantic would (a copy along the path), the
+    same `values` when there is nothing to parse, or None when not sure."""
+    node = values
+    kind: tuple[Any, ...] = ("model", "Config")
+    for key in path:
+        if kind[0] != "model" or type(node) is not dict or key not in node:
+            return values  # not a leaf of the tables: validation declines, pydantic reports it
+        schema = SCHEMAS[kind[1]]
+        field = next((f for f in schema.fields if f.alias == key), None)
+        if field is None:
+            return values
+        kind, node = field.type, node[key]
+    if type(node) is not str:
+        return values
+    parsed = _from_string(kind[1] if kind[0] == "opt" else kind, node)
+    if parsed is _UNSURE:
+        return None
+    return _replaced(values, path, parsed)
+
+
+_UNSURE: Any = object()
+
+
+def _from_string(kind: tuple[Any, ...], text: str) -> Any:
+    """pydantic's lax parse of `text` for a field of `kind`, in the spellings where it is certain;
+    a string field keeps it. `_UNSURE` otherwise."""
+    tag = kind[0]
+    if tag in ("str", "lit"):
+        return text
+    if tag == "bool":
+        return _BOOL_TEXT.get(text, _UNSURE)
+    if tag == "int" and _INT_TEXT.fullmatch(text):
+        return int(text)
+    if tag == "float" and _FLOAT_TEXT.fullmatch(text):
+        return float(text)
+    return _UNSURE
+
+
+def _replaced(values: dict[str, Any], path: tuple[Any, ...], leaf: Any) -> dict[str, Any]:
+    head, *rest = path
+    out = dict(values)
+    out[head] = _replaced(values[head], tuple(rest), leaf) if rest else leaf
+    return out

@@ -91,3 +91,95 @@ def test_dsh_profile_is_read_case_insensitively_and_deterministically() -> None:
     assert env_profile({"dsh_profile": "b", "DSH_PROFILE": "a"}) == "a"
     assert env_profile({"DSH_PROFILE": ""}) is None
     assert env_profile({}) is None
+
+
+# ---- the lean road (issue 13): a scalar leaf's variable is read without pydantic-settings ----------
+
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dsh.loader.config import _environment, compose  # noqa: E402
+from dsh.loader.config.lean import CONFIG, SCHEMAS  # noqa: E402
+from dsh.loader.errors import ConfigError  # noqa: E402
+from dsh.loader.lean import Record  # noqa: E402
+
+_SPELLINGS = ["true", "false", "True", "FALSE", "1", "0", "yes", "off", "t", "12", "012", "-3", "-0", "+4", " 5",
+              "1_000", "1.5", "-0.25", "1e3", ".5", "2.", "nan", "inf", "null", "None", "", "x", "quiet", "wait",
+              "http://x", "https://api.example.com/v1", "MY_KEY", "9" * 20, "0.1" + "1" * 20, "release", "temporal"]
+
+
+@st.composite
+def _variable(draw: st.DrawFn) -> tuple[str, str]:
+    """A `DSH_*` name along the tables (field names or aliases, in any case; now and then a typo,
+    a section, or a segment past a leaf) and a value from spellings pydantic parses, or refuses."""
+    schema, segments = CONFIG, []
+    while True:
+        field = draw(st.sampled_from(schema.fields))
+        kind = field.type[1] if field.type[0] == "opt" else field.type
+        segment = draw(st.sampled_from([field.name, field.alias, field.name.upper(), field.alias.lower()]))
+        segments.append(draw(st.sampled_from([segment] * 6 + [segment + "x"])))
+        if field.type[0] != "model" or draw(st.integers(0, 5)) == 0:
+            break
+        schema = SCHEMAS[field.type[1]]
+    if draw(st.integers(0, 9)) == 0:
+        segments.append("extra")
+    name = draw(st.sampled_from(["DSH_", "dsh_"])) + "__".join(segments)
+    own = _FOR_KIND.get(kind[0], []) + (list(kind[1]) if kind[0] == "lit" else [])
+    return name, draw(st.sampled_from(own or _SPELLINGS) if draw(st.booleans()) else st.sampled_from(_SPELLINGS))
+
+
+_FOR_KIND = {  # the spellings the lean road parses, and their near misses
+    "bool": ["true", "false", "True", "1", "0", "yes"],
+    "int": ["0", "7", "1010", "-3", "012", "+4", " 5", "1_000", "9" * 20, "5.0"],
+    "float": ["0.5", "1", "2.25", "-0.25", "-0", "1e3", ".5", "nan", "3600", "86401"],
+}
+
+
+def _pydantic_road(monkeypatch: pytest.MonkeyPatch, call: Any) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(_environment, "_lean_leaf", lambda segments: None)
+        return call()
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return call()
+    except ConfigError as exc:
+        return ("ConfigError", str(exc))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(variables=st.lists(_variable(), max_size=3))
+def test_both_roads_give_the_same_layers_and_the_same_config(variables, monkeypatch, tmp_path):
+    environ = dict(variables)
+    assert env_layers(environ) == _pydantic_road(monkeypatch, lambda: env_layers(environ))
+
+    def composed(**kwargs: Any) -> Any:
+        result = compose(profile="test", environ=environ, cwd=tmp_path, **kwargs)
+        return result.to_json(), result.to_yaml()
+
+    lean = _outcome(lambda: composed(lean=True))
+    assert lean == _outcome(lambda: composed())
+    assert lean == _pydantic_road(monkeypatch, lambda: _outcome(lambda: composed(lean=True)))
+
+
+@pytest.mark.parametrize(("name", "value", "parsed"), [
+    ("DSH_PERSISTENCE__FSYNC", "true", True),
+    ("dsh_limits__max_children", "1010", 1010),
+    ("DSH_MODEL__TEMPERATURE", "0.5", 0.5),
+    ("DSH_SUBAGENTS__REPORTDELIVERY", "quiet", "quiet"),
+])
+def test_a_plain_leaf_variable_composes_lean_without_pydantic_settings(name, value, parsed, monkeypatch, tmp_path):
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("pydantic's road was taken")
+
+    monkeypatch.setattr(_environment, "_check", refuse)
+    config = compose(profile="test", environ={name: value}, cwd=tmp_path, lean=True).config
+    assert isinstance(config, Record)
+    section, key = name.lower().removeprefix("dsh_").split("__")
+    field = next(f for f in next(s for s in SCHEMAS.values() if s is not CONFIG and
+                                 s.name.lower() == section + "config").fields if key in (f.name, f.alias.lower()))
+    assert getattr(getattr(config, section), field.name) == parsed
