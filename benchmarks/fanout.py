@@ -11,7 +11,17 @@ the same-run floor `python -c pass` (the interpreter start-up no run can avoid).
 ratios: wall(N) / wall(smallest N) next to N / smallest N (linear means the two agree), and the
 marginal memory per child, (RSS(largest N) - RSS(smallest N)) / (largest - smallest).
 
+Also printed: the **filesystem's creation floor**, `mkdir` + `open(O_CREAT|O_EXCL)` + `close` for N
+fresh directories where the homes live, timed in this process per round (every session costs one of
+each; on the VMs here an ext4 *without a journal* spends 0.4-1.4 ms per new inode, in the kernel's
+`recently_deleted` scan over inodes freed in the last hours, and the figure grows with every run
+that deletes homes; a journaled ext4 spends ~30 µs). `--against DSH` runs another `dsh`
+executable (an older tree's venv) in the same rounds, alternating which goes first, and prints
+this tree's median over that one's per N: the same-run ratio, for a machine unlike the issue's.
+`--homes DIR` puts the homes (and the creation floor) under DIR instead of the temp directory.
+
     python benchmarks/fanout.py [--children 100,1000,3000] [--repeat 5] [--no-fsync]
+                                [--against OTHER/.venv/bin/dsh] [--homes /mnt/journaled/tmp]
     python benchmarks/fanout.py --profile 1000   # cProfile summary of one N=1,000 run
 """
 
@@ -55,10 +65,25 @@ def dsh_command() -> list[str]:
     return [found]
 
 
-def command_for(file: Path, n: int, home: Path) -> list[str]:
+def command_for(file: Path, n: int, home: Path, dsh: list[str] | None = None) -> list[str]:
     """The `dsh run --transcript` command of an N-child fan-out transcript `file`."""
     limits = ["--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
-    return [*dsh_command(), "run", "--transcript", str(file), "--home", str(home), *limits]
+    return [*(dsh or dsh_command()), "run", "--transcript", str(file), "--home", str(home), *limits]
+
+
+def creation_floor(parent: Path, n: int) -> float:
+    """Seconds per session of the inode work no layout with a directory and a file per session
+    avoids: `mkdir` + `open(O_CREAT|O_EXCL)` + `close`, N times, in a fresh directory under `parent`."""
+    base = Path(tempfile.mkdtemp(prefix="creation-floor-", dir=parent))
+    try:
+        start = time.perf_counter()
+        for i in range(n):
+            directory = base / f"s{i}"
+            os.mkdir(directory, 0o700)
+            os.close(os.open(directory / "session.jsonl", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return (time.perf_counter() - start) / n
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 CPU: dict[str, list[float]] = {}  # command label -> user+sys seconds of each run (from wait4)
@@ -116,12 +141,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--profile", type=int, metavar="N", help="print a cProfile summary of one run")
+    parser.add_argument("--against", metavar="DSH", help="another dsh executable, run in the same rounds")
+    parser.add_argument("--homes", metavar="DIR", help="where the homes go (default: the temp directory)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.children.split(",")]
     fsync = not args.no_fsync
     env = {**os.environ, "DSH_PERSISTENCE__FSYNC": "true" if fsync else "false"}
     env.pop("DSH_HOME", None)
-    with tempfile.TemporaryDirectory(prefix="dsh-fanout-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dsh-fanout-", dir=args.homes) as tmp:
         files = {}
         for n in sorted(set(sizes + ([args.profile] if args.profile else []))):
             files[n] = Path(tmp) / f"fanout-{n}.yaml"
@@ -152,22 +179,33 @@ def main() -> None:
 
         walls: dict[int, list[float]] = {n: [] for n in sizes}
         rss: dict[int, list[float]] = {n: [] for n in sizes}
+        other: dict[int, list[float]] = {n: [] for n in sizes}
         floor: list[float] = []
+        creation: list[float] = []
         for r in range(args.repeat):
             floor.append(run_once([sys.executable, "-c", "pass"], env, "floor")[0])
+            creation.append(creation_floor(Path(tmp), max(sizes)))
             for n in sizes:  # interleaved: every repeat runs every N once
-                home = Path(tmp) / f"home-{n}-{r}"
-                wall, peak, out = run_once(command(n, home), env, str(n))
-                if "ALL_RECEIVED" not in out:
-                    raise SystemExit(f"N={n}: unexpected answer {out!r}")
-                walls[n].append(wall)
-                rss[n].append(peak)
-                shutil.rmtree(home, ignore_errors=True)
+                runs = [None, args.against] if args.against else [None]
+                for dsh in runs if r % 2 == 0 else runs[::-1]:  # alternating which goes first
+                    home = Path(tmp) / f"home-{n}-{r}-{'other' if dsh else 'this'}"
+                    cmd = command_for(files[n], n, home, [dsh] if dsh else None)
+                    wall, peak, out = run_once(cmd, env, f"{n}{'-other' if dsh else ''}")
+                    if "ALL_RECEIVED" not in out:
+                        raise SystemExit(f"N={n}: unexpected answer {out!r}")
+                    if dsh:
+                        other[n].append(wall)
+                    else:
+                        walls[n].append(wall)
+                        rss[n].append(peak)
+                    shutil.rmtree(home, ignore_errors=True)
     load = os.getloadavg()
     floor_s = statistics.median(floor)
     print(f"fan-out, whole `dsh run --transcript` process, fsync={str(fsync).lower()}, runs={args.repeat}, "
           f"loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, nproc {os.cpu_count()}")
-    print(f"floor `python -c pass`: median {floor_s * 1000:.0f} ms")
+    print(f"floor `python -c pass`: median {floor_s * 1000:.0f} ms; creation floor (mkdir + create, "
+          f"{Path(tmp).parent}): median {statistics.median(creation) * 1e6:.0f} µs per session, "
+          f"{statistics.median(creation) * 1000:.2f} s per 1,000")
     base = sizes[0]
     for n in sizes:
         med = statistics.median(walls[n])
@@ -177,6 +215,11 @@ def main() -> None:
             f"per child {(med - floor_s) / n * 1000:6.3f} ms  peak RSS {statistics.median(rss[n]):6.1f} MiB  "
             f"x floor {med / floor_s:6.1f}  scale {med / statistics.median(walls[base]):5.2f} for N x{n / base:.0f}"
         )
+    if args.against:
+        for n in sizes:
+            theirs = statistics.median(other[n])
+            print(f"N={n:5}  against {args.against}: wall median {theirs:6.2f}s  min {min(other[n]):6.2f}s  "
+                  f"cpu {statistics.median(CPU[f'{n}-other']):6.2f}s  this / that {statistics.median(walls[n]) / theirs:5.3f}")
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         per_child = (statistics.median(rss[hi]) - statistics.median(rss[lo])) * 1024 / (hi - lo)
