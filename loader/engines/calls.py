@@ -14,10 +14,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from dsh.loader.engines.wire import (
-    TURN_TIMEOUT, FailedRun, Leftovers, ResumeCheck, ResumeFound, TreeResult, TurnInput, TurnResult,
+    TURN_TIMEOUT, ClosedRun, FailedRun, Leftovers, ResumeCheck, ResumeFound, TreeResult, TurnInput, TurnResult,
 )
 
-__all__ = ["TURN_RETRY", "await_closed", "chain", "enter_leftovers", "resume_check", "run_turn", "settle_failed"]
+__all__ = ["TURN_RETRY", "await_closed", "chain", "enter_leftovers", "first_closed", "resume_check", "run_turn",
+           "settle_failed"]
 
 # A turn whose worker died is retried on another (issue 12 item 5); a turn that fails the same way
 # five times is a bug, not a fault, and fails the tree instead of looping.
@@ -30,6 +31,10 @@ SETTLE_TIMEOUT = timedelta(seconds=30)
 LEFTOVERS_ACTIVITY = "dsh.enter_leftovers"
 CLOSED_ACTIVITY = "dsh.await_closed"
 CLOSED_HEARTBEAT = timedelta(seconds=30)
+FIRST_CLOSED_ACTIVITY = "dsh.first_closed"
+# The watcher reads and writes nothing, so it is retried for as long as its run waits (a server
+# restart, its worker gone); past its start-to-close ceiling it starts again the same way.
+WATCH_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
 
 
 def run_turn(spec: TurnInput, task_queue: str | None = None) -> Awaitable[TurnResult]:
@@ -71,6 +76,16 @@ async def await_closed(workflow_ids: list[str]) -> None:
     reads no log, so any worker on the shared queue takes it)."""
     await workflow.execute_activity(CLOSED_ACTIVITY, workflow_ids, start_to_close_timeout=TURN_TIMEOUT,
                                     heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=TURN_RETRY)
+
+
+async def first_closed(workflow_ids: list[str]) -> ClosedRun:
+    """Activity `dsh.first_closed` (worker.py): the first of these workflows whose run closed other
+    than completed, heartbeating while none has (it reads no log, so any worker on the shared
+    queue takes it)."""
+    closed: ClosedRun = await workflow.execute_activity(
+        FIRST_CLOSED_ACTIVITY, workflow_ids, result_type=ClosedRun, start_to_close_timeout=TURN_TIMEOUT,
+        heartbeat_timeout=CLOSED_HEARTBEAT, retry_policy=WATCH_RETRY)
+    return closed
 
 
 def chain(exc: BaseException | None) -> str:

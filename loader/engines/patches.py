@@ -5,7 +5,8 @@ A name is what history records; never rename one."""
 
 from __future__ import annotations
 
-__all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_DRAIN_PATCH"]
+__all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_DRAIN_PATCH",
+           "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -33,3 +34,8 @@ PAGED_PATCH = "paged-deliveries"
 # keeps it resident until they closed, and a child whose parent has no running run enters its
 # notice into that parent's log (a run terminated by hand drained none of its children).
 ORPHANS_PATCH = "failed-run-releases-orphans"
+# A run that carries resident children without a handle (an earlier run of it started them, then
+# continued as new) watches them with one activity at a time (`dsh.first_closed`) and settles one
+# whose run closed without its notice (terminated by hand) as a failed child with a handle is
+# settled. Before it, nobody heard of such a child and its parent waited for its notice forever.
+WATCH_PATCH = "handleless-children-watched"

@@ -79,8 +79,10 @@ class Residency:
         `temporal.continueAsNewUpdates` updates. Only while it has work ahead (parked, waking
         deliveries pending, or children resident) and no turn runs, no interrupt waits for the
         next turn and it is not releasing. Before HANDOVER_PATCH: only a child, no child resident."""
-        if self.running or self.releasing or not self.ended:
-            return False  # `not self.ended`: each run takes at least one turn, so runs cannot chain idly
+        if self.running or self.releasing or not self.ended or self.residents.settling:
+            # `not self.ended`: each run takes at least one turn, so runs cannot chain idly;
+            # `settling`: the watcher settles a child without a handle (WATCH_PATCH) first.
+            return False
         if not self.anywhere and (self.input.parent_id is None or self.residents):
             return False
         if not (self.parked or self.queue.waking() or self.residents) or self.interrupts.get(self.ended):

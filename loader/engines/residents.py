@@ -9,7 +9,10 @@ Invariants:
   entered, once, by its notice id (`entered`): it comes as signal `settled` and, to the run that
   started the child, as the child's result too;
 - `tasks[child]` awaits the result of the run this run started (None: an earlier run started it;
-  its notice comes by signal `settled` only);
+  its notice comes by signal `settled` only, and a run of it that closes without one, terminated
+  by hand, is heard by the watcher: `watch`, one `dsh.first_closed` activity at a time);
+- `heard` holds the children whose notice entered this run: a child is settled by the watcher
+  only while it is resident and not heard, so a notice that came by signal is never doubled;
 - a stall report counts the parent's follow-ups its residency had received (`ChildState.seen`),
   and is kept only if that covers every follow-up delivered to it (`sent`): a report decided before
   the latest one arrived is stale and must not release the tree.
@@ -27,8 +30,8 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from dsh.loader.engines.calls import await_closed, chain, settle_failed
-from dsh.loader.engines.patches import ORPHANS_PATCH
+from dsh.loader.engines.calls import await_closed, chain, first_closed, settle_failed
+from dsh.loader.engines.patches import ORPHANS_PATCH, WATCH_PATCH
 from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
@@ -52,6 +55,10 @@ class Residents:
         self.started: list[ChildRef] = list(carried.children)
         self.stalled: dict[str, ChildState] = {s.child_id: s for s in carried.stalled}  # what each last told
         self.sent: dict[str, int] = dict(carried.sent)  # follow-ups delivered to each residency
+        self.epochs: dict[str, int] = dict(carried.epochs)  # resident child -> its run's epoch
+        self.heard: set[str] = set()  # children whose notice entered this run
+        self.settling = False  # the watcher settles a child now: the run does not continue as new
+        self._watcher: asyncio.Task[None] | None = None
 
     def __contains__(self, child_id: object) -> bool:
         return child_id in self.tasks
@@ -82,8 +89,9 @@ class Residents:
         if state.child_id in self.tasks and not stale:
             self.stalled[state.child_id] = state
 
-    def enter(self, key: str) -> bool:
-        """True the first time a notice id is seen by this run."""
+    def enter(self, key: str, child_id: str) -> bool:
+        """True the first time a notice id is seen by this run (`child_id`'s)."""
+        self.heard.add(child_id)
         if key in self.entered:
             return False
         self.entered.add(key)
@@ -93,6 +101,7 @@ class Residents:
         """The child's notice has entered: it is resident no more."""
         self.stalled.pop(child_id, None)
         self.sent.pop(child_id, None)
+        self.epochs.pop(child_id, None)
         self.tasks.pop(child_id, None)
 
     def stalled_below(self) -> bool:
@@ -106,7 +115,12 @@ class Residents:
     def carry(self) -> dict[str, Any]:
         """The `Carried` fields of the table."""
         return {"children": list(self.started), "resident": list(self.tasks), "sent": dict(self.sent),
-                "stalled": list(self.stalled.values())}
+                "stalled": list(self.stalled.values()), "epochs": dict(self.epochs)}
+
+    def handleless(self) -> list[str]:
+        """The resident children no handle of this run awaits (an earlier run started them) whose
+        notice has not entered: only the watcher hears a run of theirs that closes without one."""
+        return [c for c, task in self.tasks.items() if task is None and c not in self.heard]
 
     # -- commands ---------------------------------------------------------------------------
     async def start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
@@ -143,6 +157,8 @@ class Residents:
                 if not self._abandon or attempt == RESTART_TRIES - 1:
                     raise
                 await workflow.sleep(RESTART_WAIT)
+        if self._abandon:
+            self.epochs[child_id] = epoch  # carried: a later run may have to settle it without a handle
         self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)), header)
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[Any, TreeResult], epoch: int,
@@ -152,16 +168,63 @@ class Residents:
         except ChildWorkflowError as exc:
             # Its run failed, so no turn returned its notice (README "Failed child runs"): the
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
-            failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=chain(exc))
-            result = await settle_failed(failed, self._homes.of(child_id))
-            if result.spawned and workflow.patched(ORPHANS_PATCH):
-                # A run terminated by hand drained none of its children: release each that its
-                # log names (a closed one ignores it); each notice enters that child's log.
-                targets = [child_workflow_id(self._input.run.root_id, orphan) for orphan in result.spawned]
-                for target in targets:
-                    await self._release(target)
-                await await_closed(targets)  # resident until they closed (their notices are in its log then)
+            result = await self._settle_failed(child_id, epoch, chain(exc))
         await on_result(child_id, result)
+
+    async def _settle_failed(self, child_id: str, epoch: int | None, failure: str) -> TreeResult:
+        """A child's run that ended without its notice, settled from its log (`dsh.settle_failed`);
+        the children its log names are released and the child stays resident until they closed."""
+        failed = FailedRun(home=self._input.run.home, child_id=child_id, epoch=epoch, failure=failure)
+        result = await settle_failed(failed, self._homes.of(child_id))
+        if result.spawned and workflow.patched(ORPHANS_PATCH):
+            # A run terminated by hand drained none of its children: release each that its
+            # log names (a closed one ignores it); each notice enters that child's log.
+            targets = [child_workflow_id(self._input.run.root_id, orphan) for orphan in result.spawned]
+            for target in targets:
+                await self._release(target)
+            await await_closed(targets)  # resident until they closed (their notices are in its log then)
+        return result
+
+    # -- the watcher of the children without a handle (WATCH_PATCH) -------------------------
+    def watch(self, on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
+        """At the run's start: with resident children that no handle of this run awaits (it
+        continued as new since it started them), watch them (README "Failed child runs")."""
+        if self.handleless() and workflow.patched(WATCH_PATCH):
+            self._watcher = asyncio.create_task(self._watch(on_result))
+
+    def stop_watching(self) -> None:
+        """The run ends: a watcher still waiting (on a child whose notice entered, not closed
+        yet) is cancelled. One abandoned by a continue-as-new is cancelled at its next heartbeat
+        (its run is gone), and the next run watches from its own start."""
+        if self._watcher is not None and not self._watcher.done():
+            self._watcher.cancel()
+
+    async def _watch(self, on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
+        """One `dsh.first_closed` at a time over the children without a handle, started again
+        only when it answered: the set only shrinks within a run (a child this run starts or
+        resumes has a handle), and one whose notice entered closes right after it, so the
+        activity watching it on costs nothing. The child answered is settled as a terminated
+        child with a handle is, unless its notice entered meanwhile (it signals its notice before
+        its run returns, so a notice is in this run's history before its close is)."""
+        root = self._input.run.root_id
+        while orphans := self.handleless():
+            ids = {child_workflow_id(root, c): c for c in orphans}
+            closed = await first_closed(list(ids))
+            if closed.workflow_id is None:
+                # Every one completed, so each signalled its notice first: nothing left to hear.
+                await workflow.wait_condition(lambda: not self.handleless())
+                return
+            child_id = ids[closed.workflow_id]
+            if child_id not in self.handleless():
+                continue  # its notice entered: a failed run settles itself and tells its parent
+            workflow.logger.warning("the run of %s closed %s with no notice; settling it", child_id, closed.status)
+            self.settling = True
+            try:
+                result = await self._settle_failed(child_id, self.epochs.get(child_id),
+                                                   f"Child Workflow execution {closed.status}")
+                await on_result(child_id, result)
+            finally:
+                self.settling = False
 
     async def deliver(self, child_id: str, delivery: Delivery) -> bool:
         """A follow-up to a resident child's run; False when that run has completed (its result

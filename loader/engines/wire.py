@@ -19,6 +19,7 @@ __all__ = [
     "Charged",
     "ChildRef",
     "ChildState",
+    "ClosedRun",
     "Interrupt",
     "InterruptAt",
     "MessageChild",
@@ -159,6 +160,7 @@ class Carried:
     homes: dict[str, str] = field(default_factory=dict)  # child -> the home queue holding its log
     tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
     heard_homes: dict[str, list[str]] = field(default_factory=dict)  # child -> the homes its last run knew
+    epochs: dict[str, int] = field(default_factory=dict)  # resident child -> the epoch its run is (WATCH_PATCH)
 
 
 @dataclass
@@ -268,6 +270,16 @@ class FailedRun:
     child_id: str
     epoch: int | None
     failure: str
+
+
+@dataclass
+class ClosedRun:
+    """Activity `dsh.first_closed`'s answer: the first watched workflow whose run closed other than
+    completed (terminated, cancelled, timed out, failed, gone), with how; `workflow_id` None: every
+    one closed completed (each signalled its notice before it returned)."""
+
+    workflow_id: str | None = None
+    status: str = ""
 
 
 @dataclass

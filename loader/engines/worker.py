@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, TimeoutError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from dsh.loader.engines.backends import resume_check
@@ -30,6 +31,7 @@ from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
 from dsh.loader.engines.wire import (
+    ClosedRun,
     FailedRun,
     Leftovers,
     Homed,
@@ -134,6 +136,43 @@ class TurnActivities:
             if not waiting.cancelled():
                 waiting.exception()  # closed, however it ended: retrieved, not raised
 
+    @activity.defn(name="dsh.first_closed")
+    async def first_closed(self, workflow_ids: list[str]) -> ClosedRun:
+        """The first of these workflows (a parent's resident children that no run of it holds a
+        handle to) whose run closed other than completed, heartbeating while none has. A completed
+        run signalled its notice to its parent before it returned, so it is watched no more; the
+        parent settles the one answered unless its notice entered (README "Failed child runs")."""
+        waits = {asyncio.ensure_future(self._closed(wid)): wid for wid in workflow_ids}
+        try:
+            while waits:
+                activity.heartbeat()
+                done, _ = await asyncio.wait(set(waits), timeout=CLOSED_BEAT, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    workflow_id = waits.pop(task)
+                    if (status := task.result()) != "completed":
+                        return ClosedRun(workflow_id=workflow_id, status=status)
+            return ClosedRun()
+        finally:
+            for task in waits:
+                task.cancel()
+
+    async def _closed(self, workflow_id: str) -> str:
+        """How the workflow's run closed (its continue-as-new chain followed), once it has."""
+        try:
+            await self.client.get_workflow_handle(workflow_id).result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, TerminatedError):
+                return "terminated"
+            if isinstance(cause, CancelledError):
+                return "cancelled"
+            return "timed out" if isinstance(cause, TimeoutError) else "failed"
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return "not found"
+        return "completed"
+
     @activity.defn(name="dsh.stream_page")
     async def stream_page(self, ask: PageAsk) -> Page:
         """A page of a tree's logs for a client without this home (stream.py): read from the
@@ -202,7 +241,7 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
     activities = TurnActivities(client, live, home, own)
     served: list[Callable[..., Any]] = [activities.turn, activities.create_session, activities.resume_check,
                                         activities.settle_failed, activities.enter_leftovers, activities.await_closed,
-                                        activities.stream_page]
+                                        activities.first_closed, activities.stream_page]
     workers = [Worker(client, task_queue=task_queue, workflows=[AgentWorkflow, StreamReader], activities=served,
                       max_concurrent_activities=max_concurrent_activities)]
     if own is not None:

@@ -95,6 +95,7 @@ class AgentWorkflow(RunEnds):
         queue = self._queue
         if self._homes.pending():
             await pin(self._homes, input)  # the log's home, found by its create activity
+        self._residents.watch(self._settle)  # children an earlier run started, which no handle here awaits
         while True:
             if self._s.continue_due():
                 await self._handover(carried.runs)
@@ -121,6 +122,7 @@ class AgentWorkflow(RunEnds):
             if queue.has_pending():  # injected leftovers: into the log, no model turn
                 last = await self._turn()
             break
+        self._residents.stop_watching()
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._s.result(last)
@@ -376,7 +378,7 @@ class AgentWorkflow(RunEnds):
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
         self._homes.learn(child_id, result.home_queue)  # its next epoch and resume check go there
         self._homes.heard_from(child_id, result.known_homes)  # and its next epoch's resume checks
-        if not self._residents.enter(key):
+        if not self._residents.enter(key, child_id):
             return
         self._s.violations.extend(result.violations)
         self._s.engage(result.fences_engaged)

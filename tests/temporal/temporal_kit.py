@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -290,4 +292,24 @@ async def replays_and_kept(client: Client, workflow_id: str, name: str) -> None:
         text = json.dumps({"workflowId": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n"
         for prefix in (f"{Path(temporalio.__file__).parent.parent}/", f"{Path(__file__).parents[2]}/"):
             text = text.replace(prefix, "")
-        (HISTORIES / name).write_text(text)
+        (HISTORIES / name).write_text(PAYLOAD.sub(_unplaced, text))
+
+
+# A payload's bytes in a history's JSON (base64), and this machine's paths inside them: the
+# repository (the runs' `cwd`) and pytest's temporary directories (the homes, the transcripts).
+PAYLOAD = re.compile(r'"data": "([A-Za-z0-9+/=]+)"')
+MACHINE = re.compile("|".join([re.escape(str(Path(__file__).parents[2])),
+                               re.escape(tempfile.gettempdir()) + r"/pytest-of-[^/\"]+/pytest-\d+"]))
+
+
+def _unplaced(match: re.Match[str]) -> str:
+    """A payload with this machine's paths replaced (`<repo>`, `<tmp>`): replay decodes the inputs
+    but compares commands, never the paths they carry."""
+    try:
+        text = base64.b64decode(match.group(1)).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return match.group(0)
+    placed = MACHINE.sub(lambda m: "<repo>" if m.group(0) == str(Path(__file__).parents[2]) else "<tmp>", text)
+    if placed == text:
+        return match.group(0)
+    return f'"data": "{base64.b64encode(placed.encode("utf-8")).decode("ascii")}"'

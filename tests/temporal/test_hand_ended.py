@@ -4,7 +4,9 @@ loader/engines/README.md "Failed child runs"): cancelled (`temporal workflow can
 enters its direct parent's log once, and the logs end as a disposal ends them.
 
 The tree: root starts c, c starts g, g hangs in its first request; c's first turn ends and c waits
-on g. Once g's hang is reached the test cancels (or terminates) c's workflow.
+on g. Once g's hang is reached the test cancels (or terminates) c's workflow. With `continued`,
+every agent continues as new after each turn with work ahead (`temporal.continueAsNewAfter: 1`),
+and c is terminated only once the root and c have: the root's current run holds no handle to c.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ def script(tmp_path: Path, *, c_hangs: bool = False) -> Path:
 
 
 async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str,
-                        *, c_hangs: bool = False) -> tuple[RunResult, Path]:
+                        *, c_hangs: bool = False, continued: bool = False) -> tuple[RunResult, Path]:
     """Run the tree; once g's hang is reached (an event) and c's first turn has ended (or, with
-    `c_hangs`, c's hang is reached too), end c's workflow by hand (`cancel` or `terminate`)."""
+    `c_hangs`, c's hang is reached too; with `continued`, the root and c have continued as new),
+    end c's workflow by hand (`cancel` or `terminate`)."""
     hangs = 2 if c_hangs else 1
     hanging = asyncio.Event()
     real_reach = ReplayProvider._reach_hang
@@ -67,7 +70,10 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
     home = tmp_path / "temporal"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
     started: list[str] = []
-    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True)
+    config = backstopped(plan.config)
+    if continued:
+        config = config.model_copy(update={"temporal": config.temporal.model_copy(update={"continue_as_new_after": 1})})
+    request = RunRequest(home=home, config=config, transcript=plan.script, fences_allowed=True)
     request.sinks.on_started = started.append
 
     async def end_c() -> None:
@@ -75,7 +81,11 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
         root = started[0]
         c = next(i for i in ids(home) if label(home, i) == "c")
         handle = client.get_workflow_handle(f"{root}/{c}")
-        if not c_hangs:
+        if continued:
+            # c continues as new only after its first turn (with g resident), so it is idle then.
+            await has_continued(client, root)
+            await has_continued(client, f"{root}/{c}")
+        elif not c_hangs:
             await turn_taken(handle)
         await (handle.cancel() if how == "cancel" else handle.terminate("by hand"))
 
@@ -95,6 +105,19 @@ async def turn_taken(handle: Any) -> None:
             completed = True
         elif completed and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             return
+
+
+async def has_continued(client: Client, workflow_id: str) -> None:
+    """The workflow's first run has continued as new: its current run is another, or the first
+    run's history (a long-poll) reaches its continued-as-new event."""
+    info = (await client.get_workflow_handle(workflow_id).describe()).raw_description.workflow_execution_info
+    first = info.first_run_id
+    if info.execution.run_id != first:
+        return
+    async for event in client.get_workflow_handle(workflow_id, run_id=first).fetch_history_events(wait_new_event=True):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            return
+    raise AssertionError(f"{workflow_id}'s first run closed without continuing as new")
 
 
 def ids(home: Path) -> list[str]:
@@ -179,4 +202,31 @@ async def test_a_child_terminated_by_hand_is_settled_by_its_parent_and_its_child
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
     await replays_and_kept(client, root, "terminated-child.0.json")  # the root: c's failure, g's release
     await replays_and_kept(client, f"{root}/{g}", "terminated-child.2.json")  # g: its notice into c's log
+    await assert_nothing_running(client, root)
+
+
+async def test_a_child_terminated_by_hand_after_its_parent_continued_as_new_is_heard_by_the_parents_current_run(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root's current run holds no handle to c (the run that started c continued as new), so
+    no `ChildWorkflowError` reaches it: its watcher (`dsh.first_closed`, WATCH_PATCH) answers c,
+    closed terminated with no notice, and the run settles c as a terminated child with a handle
+    is settled (`dsh.settle_failed`, g released into c's log). Before, the root waited for c's
+    notice forever (the backstop)."""
+    result, home = await run_and_end_c(client, tmp_path, monkeypatch, "terminate", continued=True)
+    assert (result.stop_reason, result.output) == ("completed", "DONE")
+    root = result.root_session_id
+    [c] = [i for i in ids(home) if label(home, i) == "c"]
+    [g] = [i for i in ids(home) if label(home, i) == "g"]
+    assert turn_ends(home, g) == [{"kind": "aborted", "reason": {"kind": "parent"}}]
+    assert [e["kind"] for e in turn_ends(home, c)] == ["completed", "error"]
+    assert turn_ends(home, c)[-1]["error"]["code"] == "ENGINE_RUN_FAILED"
+    assert notices_in(home, c) == [("g", "aborted", "next-step")]
+    # c's `error` notice entered the root once, and woke its second (last) turn.
+    assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
+    assert [e["kind"] for e in turn_ends(home, root)] == ["completed", "completed"]
+    # The run that settled c is a later run of the root than the one that started c.
+    description = (await client.get_workflow_handle(root).describe()).raw_description.workflow_execution_info
+    assert description.execution.run_id != description.first_run_id
+    await replays_and_kept(client, root, "terminated-handleless-child.0.json")  # the root's last run: the watcher
     await assert_nothing_running(client, root)

@@ -42,7 +42,10 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             # a tree on two homes, each session pinned to its home's queue, a child cold-resumed
             # twice on its home (test_homes.py)
             "homes-cold-resume.0.json", "homes-cold-resume.3.json",
-            "v3-continued-as-new.3.json"} <= names
+            "v3-continued-as-new.3.json",
+            # a root's later run watching the child it holds no handle to: it completes (.1; before
+            # the watcher: v4-), or it is terminated by hand and settled (test_hand_ended.py)
+            "v4-continued-as-new.1.json", "terminated-handleless-child.0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
