@@ -14,6 +14,11 @@ Decisions where §15.1 leaves room:
 - `hang:` with a null value means `hang: {}`.
 - Two children may not name the same `spawnedBy` call (binding would always conflict).
 - Fences follow `fence_schema.py`; every agent a fence or condition names must be an agent key.
+- What the user did during a recorded run (issue 12 "Not yet" item 4) has two forms, neither a fence
+  (fences never cancel or send, §16): `hang: {interrupt: user}` (the runner interrupts the agent
+  through the control path of `dsh interrupt` once that hang is reached) and a top-level
+  `user: [{send: {agent, text, when: COND}}]` (a `dsh send` made once COND holds). Only a child
+  can be their target, as only a child can be addressed as `<root>/<child>`.
 """
 
 from __future__ import annotations
@@ -24,8 +29,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from dsh.loader.transcripts.fence_schema import Fence
-from dsh.loader.transcripts.shapes import LocatedProblem, ReplyShape, SpecShape, first_problem, null_hang_is_empty, reply_problem
+from dsh.loader.transcripts.fence_schema import Condition, Fence
+from dsh.loader.transcripts.shapes import (
+    LocatedProblem,
+    ReplyShape,
+    SpecShape,
+    exactly_one_problem,
+    first_problem,
+    null_hang_is_empty,
+    reply_problem,
+)
 
 __all__ = [
     "AGENT_KEY_RE",
@@ -38,6 +51,8 @@ __all__ = [
     "ReplyUsage",
     "ToolCallSpec",
     "TranscriptSpec",
+    "UserAction",
+    "UserSendSpec",
 ]
 
 AGENT_KEY_RE = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -73,6 +88,9 @@ class ErrorSpec(_Schema):
 
 class HangSpec(_Schema):
     text: str | None = None
+    # Who ends the hang besides an ancestor's `interrupt_agent`: `user` = the runner, as `dsh
+    # interrupt` would, once the hang is reached (a replay has no user to type it).
+    interrupt: Literal["user"] | None = None
 
 
 class Reply(_Schema, ReplyShape):
@@ -106,6 +124,25 @@ class AgentScript(_Schema):
     replies: list[Reply]
 
 
+class UserSendSpec(_Schema):
+    """A `dsh send <root>/<agent> text`, made once `when` holds (a fence condition, §16.1)."""
+
+    agent: str
+    text: NonEmpty
+    when: Condition
+
+
+class UserAction(_Schema):
+    send: UserSendSpec | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> UserAction:
+        problem = exactly_one_problem(self, ("send",), "user action")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
 class TranscriptSpec(_Schema, SpecShape):
     version: Literal[1]
     name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -113,6 +150,7 @@ class TranscriptSpec(_Schema, SpecShape):
     task: str
     overlays: list[str] = []
     fences: list[Fence] = []
+    user: list[UserAction] = []
     agents: dict[AgentKey, AgentScript]
 
     @model_validator(mode="after")

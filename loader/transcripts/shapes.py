@@ -95,12 +95,20 @@ class FenceShape:
 
 
 class SpecShape:
-    """`TranscriptSpec.children()`."""
+    """`TranscriptSpec.children()` and `scripts_user()`."""
 
     __slots__ = ()
 
     def children(self) -> dict[str, Any]:
         return {key: script for key, script in self.agents.items() if key != "root"}  # type: ignore[attr-defined]
+
+    def scripts_user(self) -> bool:
+        """Whether the transcript scripts the user (`scripted_user.py`): a `user` section or a hang
+        the user interrupts."""
+        if self.user:  # type: ignore[attr-defined]
+            return True
+        return any(reply.hang is not None and reply.hang.interrupt is not None
+                   for script in self.agents.values() for reply in script.replies)  # type: ignore[attr-defined]
 
 
 def condition_agents(cond: Any) -> list[tuple[tuple[Any, ...], str]]:
@@ -120,7 +128,8 @@ def first_problem(spec: Any) -> LocatedProblem | None:
     """The first cross-field problem in document order, or None."""
     if "root" not in spec.agents:
         return LocatedProblem(("agents",), "agents must contain root")
-    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders, _check_fences):
+    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders, _check_fences,
+                  _check_user):
         problem = check(spec)
         if problem is not None:
             return problem
@@ -215,4 +224,24 @@ def _check_fences(spec: Any) -> LocatedProblem | None:
             for loc, key in condition_agents(until):
                 if key not in spec.agents:
                     return LocatedProblem(("fences", i, kind, "until", *loc), f"no agent {key!r} in this transcript")
+    return None
+
+
+def _check_user(spec: Any) -> LocatedProblem | None:
+    """The user's actions (`hang.interrupt: user`, `user[].send`) address a child, as `dsh interrupt`
+    and `dsh send` take `<root>/<child>`; a `when` condition names agents of this transcript."""
+    for r, reply in enumerate(spec.agents["root"].replies):
+        if reply.hang is not None and reply.hang.interrupt is not None:
+            return LocatedProblem(("agents", "root", "replies", r, "hang", "interrupt"),
+                                  "the user interrupts children only (dsh interrupt <root>/<child>)")
+    for i, action in enumerate(spec.user):
+        send = action.send
+        loc = ("user", i, "send")
+        if send.agent == "root" or send.agent not in spec.agents:
+            what = "the user sends to children only (dsh send <root>/<child>)" if send.agent == "root" else (
+                f"no agent {send.agent!r} in this transcript")
+            return LocatedProblem((*loc, "agent"), what)
+        for cloc, key in condition_agents(send.when):
+            if key not in spec.agents:
+                return LocatedProblem((*loc, "when", *cloc), f"no agent {key!r} in this transcript")
     return None
