@@ -7,16 +7,19 @@ user"), and this module does it through the control methods the user's commands 
 `host/methods.py`, without the socket), so a replayed interrupt or send takes the path a typed one
 took, with the user's authority and source (`{"kind": "user"}`):
 
-- `hang: {interrupt: user}` on a child's reply: once that hang is reached, `subagent.interrupt`
-  with the child's durable parent address, as `dsh interrupt <root>/<child>` sends it. It runs in a
-  fresh loop callback, as the control server's read callback runs, never inside the provider's
-  stream that reports the hang.
-- `user: [{send: {agent, text, when}}]`: once the fence condition `when` holds (§16.1), the
-  `subagent.prompt` that `dsh send <root>/<agent> text` makes. The condition is read from the run's
-  `Fences` (their facts), under the same backstop: waiting longer than
-  `testing.fenceTimeoutSeconds` is `FENCE_TIMEOUT`; a send the run ended before is `USER_UNUSED`.
+- `user: [{interrupt: {agent, when}}]`: once the fence condition `when` holds (§16.1), the
+  `subagent.interrupt` that `dsh interrupt <root>/<agent>` makes, with the child's durable parent
+  address (its header);
+- `user: [{send: {agent, text, when}}]`: once `when` holds, the `subagent.prompt` that `dsh send
+  <root>/<agent> text` makes.
 
-Invariant: each action is done at most once; `finish` cancels the sends still waiting.
+Each action is a task awaiting its condition on the run's `Fences` (their facts), under the same
+backstop as a hold: waiting longer than `testing.fenceTimeoutSeconds` is `FENCE_TIMEOUT`; an action
+the run ended before is `USER_UNUSED`. The method runs from that task after the condition's future
+resolved, as a typed command runs from the control server's read callback: never inside the
+listener that recorded the fact (a hang is reported from inside the provider's stream).
+
+Invariant: each action is done at most once; `finish` cancels the actions still waiting.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from dsh.loader.agent import Agent
     from dsh.loader.fences import Fences
     from dsh.loader.models import ReplayProvider
-    from dsh.loader.transcripts.schema import TranscriptSpec, UserSendSpec
+    from dsh.loader.transcripts.schema import TranscriptSpec, UserAction
     from dsh.loader.tree import Tree
 
 __all__ = ["ScriptedUser"]
@@ -54,63 +57,44 @@ class ScriptedUser:
         self.violations: list[dict[str, Any]] = []
         self.done = [False] * len(spec.user)  # made, failed or timed out: never reported unused
         self._tasks: list[asyncio.Task[None]] = []
-        self._offs: list[Any] = []
 
     def install(self) -> None:
-        self._offs.append(self.replay.add_hang_listener(self._on_hang))
+        loop = asyncio.get_running_loop()
         for i, action in enumerate(self.spec.user):
-            if action.send is None:
-                continue
-            task = asyncio.get_running_loop().create_task(self._send(i, action.send), name=f"user-send:{i + 1}")
+            task = loop.create_task(self._act(i, action), name=f"user-action:{i + 1}")
             task.add_done_callback(_log_failure)
             self._tasks.append(task)
 
-    # -- interrupt -------------------------------------------------------------------------
-    def _on_hang(self, key: str) -> None:
-        reply = self.replay.served_reply(key)
-        if reply is None or reply.hang is None or reply.hang.interrupt != "user":
-            return
-        child = self.replay.session_of(key)
-        if child is None:
-            return
-        # A fresh callback, as a typed `dsh interrupt` arrives: the provider reports the hang from
-        # inside its stream, which the interrupt's cancel must not re-enter.
-        asyncio.get_running_loop().call_soon(self._interrupt, key, child)
-
-    def _interrupt(self, key: str, child: str) -> None:
-        parent = self._parent_of(child)
-        if parent is None:
-            return
-        try:
-            self.methods.start("subagent.interrupt", {"parentSessionId": parent, "childSessionId": child})
-        except (RpcError, DshError) as exc:
-            self._violate("USER_ACTION_FAILED", key, f"the user's interrupt of {key} failed: {exc}")
-            return
-        logger.debug("scripted user: interrupted %s (%s)", key, child)
-
-    # -- send ------------------------------------------------------------------------------
-    async def _send(self, index: int, send: UserSendSpec) -> None:
-        outcome = await self.fences.wait_until(send.when, self.signal)
+    async def _act(self, index: int, action: UserAction) -> None:
+        kind = "interrupt" if action.interrupt is not None else "send"
+        part = action.interrupt or action.send
+        assert part is not None  # the schema: exactly one form
+        what = f"user {kind} {index + 1} ({part.agent})"
+        outcome = await self.fences.wait_until(part.when, self.signal)
         if outcome in ("met", "timeout"):
             self.done[index] = True
         if outcome == "timeout":
-            self._violate("FENCE_TIMEOUT", send.agent, f"user send {index + 1} to {send.agent} waited "
-                                                       f"{self.fences.timeout}s for its condition")
+            self._violate("FENCE_TIMEOUT", part.agent, f"{what} waited {self.fences.timeout}s for its condition")
             return
         if outcome != "met":
-            return  # the run is ending: `finish` reports the send as unused
-        child = self.replay.session_of(send.agent)
+            return  # the run is ending: `finish` reports the action as unused
+        child = self.replay.session_of(part.agent)
         parent = self._parent_of(child) if child is not None else None
         if child is None or parent is None:
-            self._violate("USER_ACTION_FAILED", send.agent, f"user send {index + 1}: {send.agent} has no session")
+            self._violate("USER_ACTION_FAILED", part.agent, f"{what}: the agent has no session")
             return
+        params = {"parentSessionId": parent, "childSessionId": child}
         try:
-            answer = self.methods.start("subagent.prompt", {
-                "parentSessionId": parent, "childSessionId": child, "message": send.text})
-            if asyncio.iscoroutine(answer):
-                await answer
+            if action.send is not None:
+                answer = self.methods.start("subagent.prompt", {**params, "message": action.send.text})
+                if asyncio.iscoroutine(answer):
+                    await answer
+            else:
+                self.methods.start("subagent.interrupt", params)
         except (RpcError, DshError) as exc:
-            self._violate("USER_ACTION_FAILED", send.agent, f"user send {index + 1} to {send.agent} failed: {exc}")
+            self._violate("USER_ACTION_FAILED", part.agent, f"{what} failed: {exc}")
+            return
+        logger.debug("scripted user: %s done", what)
 
     def _parent_of(self, child: str) -> str | None:
         """The child's durable parent address (its header), as `dsh` routes `<root>/<child>`."""
@@ -121,14 +105,13 @@ class ScriptedUser:
 
     # -- end of run ------------------------------------------------------------------------
     def finish(self) -> list[dict[str, Any]]:
-        for off in self._offs:
-            off()
         for task in self._tasks:
             task.cancel()
         for i, action in enumerate(self.spec.user):
-            if action.send is not None and not self.done[i]:
-                self._violate("USER_UNUSED", action.send.agent,
-                              f"user send {i + 1} to {action.send.agent} was never made (the run ended first)")
+            part = action.interrupt or action.send
+            if part is not None and not self.done[i]:
+                self._violate("USER_UNUSED", part.agent,
+                              f"user action {i + 1} ({part.agent}) was never made (the run ended first)")
         return self.violations
 
     def _violate(self, code: str, agent: str, message: str) -> None:

@@ -1,6 +1,7 @@
-"""The transcript's user (loader/scripted_user.py; issue 12 "Not yet" item 4): `hang: {interrupt:
-user}` and `user: [{send: ...}]` are done by the runner through the control methods `dsh interrupt`
-and `dsh send` call, so a transcript holding them replays without a person, to one flow.
+"""The transcript's user (loader/scripted_user.py; issue 12 "Not yet" item 4): `user: [{interrupt:
+...}, {send: ...}]` are done by the runner through the control methods `dsh interrupt` and `dsh
+send` call, once their `when` holds, so a transcript holding them replays without a person, to one
+flow.
 
 - tests/replay/user-interrupt.yaml: the worker's hang is interrupted as the user would; its turn
   ends `aborted` with cause `user`, the follow-up queued behind it stays parked (the root's step 3
@@ -67,6 +68,7 @@ VALID = textwrap.dedent("""
     task: Do it.
     user:
       - send: {agent: child, text: more, when: {stepReached: {agent: child, turn: 1, step: 1}}}
+      - interrupt: {agent: child, when: {hangReached: {agent: child}}}
     agents:
       root:
         replies:
@@ -76,7 +78,7 @@ VALID = textwrap.dedent("""
       child:
         spawnedBy: start
         replies:
-          - hang: {text: partial, interrupt: user}
+          - hang: {text: partial}
 """).lstrip("\n")
 
 
@@ -98,22 +100,25 @@ def test_the_valid_forms_load(tmp_path: Path) -> None:
     path = tmp_path / "ok.yaml"
     path.write_text(VALID, encoding="utf-8")
     spec = load_transcript(path).spec
-    assert spec.agents["child"].replies[0].hang.interrupt == "user"  # type: ignore[union-attr]
     assert spec.user[0].send is not None and spec.user[0].send.text == "more"
+    assert spec.user[1].interrupt is not None and spec.user[1].interrupt.agent == "child"
     assert spec.scripts_user()
 
 
 @pytest.mark.parametrize(("old", "new", "needle", "where"), [
-    pytest.param("interrupt: user", "interrupt: parent", "interrupt: parent", "agents.child.replies[0].hang.interrupt",
-                 id="interrupt-value"),
+    pytest.param("hang: {text: partial}", "hang: {text: partial, interrupt: user}", "interrupt: user",
+                 "agents.child.replies[0].hang.interrupt", id="no-interrupt-in-a-reply"),
     pytest.param("text: more,", "text: more, colour: red,", "colour", "user[0].send.colour", id="send-unknown-key"),
     pytest.param("- send:", "- shout:", "shout", "user[0].shout", id="unknown-action"),
     pytest.param("{agent: child, text: more", "{agent: root, text: more", "agent: root", "user[0].send.agent",
                  id="send-to-root"),
     pytest.param("{agent: child, turn: 1", "{agent: nobody, turn: 1", "agent: nobody",
                  "user[0].send.when.stepReached.agent", id="when-unknown-agent"),
-    pytest.param("- text: done", "- hang: {interrupt: user}", "interrupt: user}", "agents.root.replies[1].hang.interrupt",
+    pytest.param("interrupt: {agent: child", "interrupt: {agent: root", "interrupt: {agent: root", "user[1].interrupt.agent",
                  id="interrupt-root"),
+    pytest.param("- interrupt: {agent: child, when: {hangReached: {agent: child}}}",
+                 "- {interrupt: {agent: child, when: {hangReached: {agent: child}}}, send: {agent: child, text: x, "
+                 "when: {hangReached: {agent: child}}}}", "- {interrupt", "user[1]", id="two-forms"),
 ])
 def test_an_invalid_user_form_is_a_located_transcript_error(tmp_path: Path, old: str, new: str, needle: str,
                                                              where: str) -> None:

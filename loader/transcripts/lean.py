@@ -76,7 +76,7 @@ SCHEMAS: dict[str, Schema] = {
         Schema("ErrorSpec", (
             _f("code", _NON_EMPTY), _f("message", _STR), _f("status", _opt(("int", {"ge": 100, "le": 599})), None),
         )),
-        Schema("HangSpec", (_f("text", _opt(_STR), None), _f("interrupt", _opt(("lit", ("user",))), None))),
+        Schema("HangSpec", (_f("text", _opt(_STR), None),)),
         Schema("Reply", (
             _f("text", _opt(_STR), None),
             _f("reasoning", _opt(_STR), None),
@@ -120,7 +120,10 @@ SCHEMAS: dict[str, Schema] = {
             _f("fail_checkpoint", _opt(_model("FailCheckpointSpec")), None),
         ), record=_Fence, after=_one_of("fence", _FENCE_FIELDS)),
         Schema("UserSendSpec", (_f("agent", _STR), _f("text", _NON_EMPTY), _f("when", _model("Condition")))),
-        Schema("UserAction", (_f("send", _opt(_model("UserSendSpec")), None),), after=_one_of("user action", ("send",))),
+        Schema("UserInterruptSpec", (_f("agent", _STR), _f("when", _model("Condition")))),
+        Schema("UserAction", (
+            _f("interrupt", _opt(_model("UserInterruptSpec")), None), _f("send", _opt(_model("UserSendSpec")), None),
+        ), after=_one_of("user action", ("interrupt", "send"))),
         Schema("TranscriptSpec", (
             _f("version", ("lit", (1,))),
             _f("name", ("str", {"pattern": NAME_PATTERN})),

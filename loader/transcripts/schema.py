@@ -14,11 +14,11 @@ Decisions where §15.1 leaves room:
 - `hang:` with a null value means `hang: {}`.
 - Two children may not name the same `spawnedBy` call (binding would always conflict).
 - Fences follow `fence_schema.py`; every agent a fence or condition names must be an agent key.
-- What the user did during a recorded run (issue 12 "Not yet" item 4) has two forms, neither a fence
-  (fences never cancel or send, §16): `hang: {interrupt: user}` (the runner interrupts the agent
-  through the control path of `dsh interrupt` once that hang is reached) and a top-level
-  `user: [{send: {agent, text, when: COND}}]` (a `dsh send` made once COND holds). Only a child
-  can be their target, as only a child can be addressed as `<root>/<child>`.
+- What the user did during a recorded run (issue 12 "Not yet" item 4) is a top-level `user` list,
+  not fences (fences never cancel or send, §16): `interrupt: {agent, when: COND}` (the runner's
+  `dsh interrupt` once COND holds) and `send: {agent, text, when: COND}` (its `dsh send`), COND
+  being a fence condition (§16.1). Only a child can be their target, as only a child can be
+  addressed as `<root>/<child>`.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ __all__ = [
     "ToolCallSpec",
     "TranscriptSpec",
     "UserAction",
+    "UserInterruptSpec",
     "UserSendSpec",
 ]
 
@@ -88,9 +89,6 @@ class ErrorSpec(_Schema):
 
 class HangSpec(_Schema):
     text: str | None = None
-    # Who ends the hang besides an ancestor's `interrupt_agent`: `user` = the runner, as `dsh
-    # interrupt` would, once the hang is reached (a replay has no user to type it).
-    interrupt: Literal["user"] | None = None
 
 
 class Reply(_Schema, ReplyShape):
@@ -132,12 +130,20 @@ class UserSendSpec(_Schema):
     when: Condition
 
 
+class UserInterruptSpec(_Schema):
+    """A `dsh interrupt <root>/<agent>`, made once `when` holds."""
+
+    agent: str
+    when: Condition
+
+
 class UserAction(_Schema):
+    interrupt: UserInterruptSpec | None = None
     send: UserSendSpec | None = None
 
     @model_validator(mode="after")
     def _one(self) -> UserAction:
-        problem = exactly_one_problem(self, ("send",), "user action")
+        problem = exactly_one_problem(self, ("interrupt", "send"), "user action")
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -103,12 +103,8 @@ class SpecShape:
         return {key: script for key, script in self.agents.items() if key != "root"}  # type: ignore[attr-defined]
 
     def scripts_user(self) -> bool:
-        """Whether the transcript scripts the user (`scripted_user.py`): a `user` section or a hang
-        the user interrupts."""
-        if self.user:  # type: ignore[attr-defined]
-            return True
-        return any(reply.hang is not None and reply.hang.interrupt is not None
-                   for script in self.agents.values() for reply in script.replies)  # type: ignore[attr-defined]
+        """Whether the transcript scripts the user (`scripted_user.py`)."""
+        return bool(self.user)  # type: ignore[attr-defined]
 
 
 def condition_agents(cond: Any) -> list[tuple[tuple[Any, ...], str]]:
@@ -228,20 +224,17 @@ def _check_fences(spec: Any) -> LocatedProblem | None:
 
 
 def _check_user(spec: Any) -> LocatedProblem | None:
-    """The user's actions (`hang.interrupt: user`, `user[].send`) address a child, as `dsh interrupt`
-    and `dsh send` take `<root>/<child>`; a `when` condition names agents of this transcript."""
-    for r, reply in enumerate(spec.agents["root"].replies):
-        if reply.hang is not None and reply.hang.interrupt is not None:
-            return LocatedProblem(("agents", "root", "replies", r, "hang", "interrupt"),
-                                  "the user interrupts children only (dsh interrupt <root>/<child>)")
+    """The user's actions address a child, as `dsh interrupt` and `dsh send` take `<root>/<child>`;
+    a `when` condition names agents of this transcript."""
     for i, action in enumerate(spec.user):
-        send = action.send
-        loc = ("user", i, "send")
-        if send.agent == "root" or send.agent not in spec.agents:
-            what = "the user sends to children only (dsh send <root>/<child>)" if send.agent == "root" else (
-                f"no agent {send.agent!r} in this transcript")
-            return LocatedProblem((*loc, "agent"), what)
-        for cloc, key in condition_agents(send.when):
+        kind = "interrupt" if action.interrupt is not None else "send"
+        part = action.interrupt or action.send
+        loc = ("user", i, kind)
+        if part.agent == "root":
+            return LocatedProblem((*loc, "agent"), f"the user {kind}s children only (dsh {kind} <root>/<child>)")
+        if part.agent not in spec.agents:
+            return LocatedProblem((*loc, "agent"), f"no agent {part.agent!r} in this transcript")
+        for cloc, key in condition_agents(part.when):
             if key not in spec.agents:
                 return LocatedProblem((*loc, "when", *cloc), f"no agent {key!r} in this transcript")
     return None
