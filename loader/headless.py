@@ -217,13 +217,15 @@ async def run_tree(request: RunRequest) -> RunResult:
                         timeout=config.testing.fence_timeout_seconds)
         fences.install()
     user: ScriptedUser | None = None
-    user_stop = AbortController()
-    if script is not None and isinstance(provider, ReplayProvider) and script.spec.scripts_user():
-        if fences is None:  # a `user` send waits on fence conditions, read from the fences' facts
-            fences = Fences([], tree=tree, replay=provider, timeout=config.testing.fence_timeout_seconds)
-            fences.install()
+    user_stop = AbortController()  # aborted at teardown: a scripted user's send in flight gives up
+    scripts_user = script is not None and isinstance(provider, ReplayProvider) and script.spec.scripts_user()
+    if scripts_user and fences is None and isinstance(provider, ReplayProvider):
+        # the user's actions wait on fence conditions, read from the fences' facts
+        fences = Fences([], tree=tree, replay=provider, timeout=config.testing.fence_timeout_seconds)
+        fences.install()
     root = await tree.create_root(resume=request.resume, continue_cut_off=task is None)
-    if script is not None and fences is not None and isinstance(provider, ReplayProvider) and script.spec.scripts_user():
+    if scripts_user:
+        assert script is not None and fences is not None and isinstance(provider, ReplayProvider)
         from dsh.loader.scripted_user import ScriptedUser  # deferred: only a transcript that scripts the user
 
         user = ScriptedUser(script.spec, tree=tree, root=root, replay=provider, fences=fences,
@@ -279,7 +281,7 @@ async def run_tree(request: RunRequest) -> RunResult:
         state.shutting_down = True
         if fences is not None:
             fences.release()
-        user_stop.abort({"kind": "disposed"})  # a scripted user's send in flight gives up, as at server close
+        user_stop.abort({"kind": "disposed"})  # as the control server's close aborts its deliveries
         try:
             await asyncio.wait_for(tree.shutdown(root), config.run.shutdown_grace_seconds)
         except TimeoutError:

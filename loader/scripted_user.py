@@ -79,12 +79,12 @@ class ScriptedUser:
         if outcome != "met":
             return  # the run is ending: `finish` reports the action as unused
         child = self.replay.session_of(part.agent)
-        parent = self._parent_of(child) if child is not None else None
-        if child is None or parent is None:
-            self._violate("USER_ACTION_FAILED", part.agent, f"{what}: the agent has no session")
-            return
-        params = {"parentSessionId": parent, "childSessionId": child}
         try:
+            parent = self._parent_of(child) if child is not None else None
+            if child is None or parent is None:
+                self._violate("USER_ACTION_FAILED", part.agent, f"{what}: the agent has no session")
+                return
+            params = {"parentSessionId": parent, "childSessionId": child}
             if action.send is not None:
                 answer = self.methods.start("subagent.prompt", {**params, "message": action.send.text})
                 if asyncio.iscoroutine(answer):
