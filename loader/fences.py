@@ -204,6 +204,11 @@ class Fences:
             return "aborted"
         return "timeout"
 
+    async def wait_until(self, cond: Condition, signal: Any) -> str:
+        """`_wait` for another scripted party (`scripted_user.py`): 'met', 'aborted', 'released' or
+        'timeout', under the same backstop as a hold."""
+        return await self._wait(cond, signal)
+
     def _timeout(self, index: int, key: str) -> FenceTimeout:
         message = f"fence {index + 1} ({self.specs[index].kind} on {key}) waited {self.timeout}s"
         self.violations.append({"code": "FENCE_TIMEOUT", "agent": key, "message": message})

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from dsh.loader.abort import AbortController
 from dsh.loader.agent import Agent, AgentOptions, run_outcome, user_message
 from dsh.loader.errors import ConfigError, DshError
 from dsh.loader.fences import Fences
@@ -31,6 +32,7 @@ from dsh.loader.transcripts import Transcript
 
 if TYPE_CHECKING:
     from dsh.loader.config import Config
+    from dsh.loader.scripted_user import ScriptedUser
 
 __all__ = [
     "EXIT_CODES",
@@ -214,7 +216,21 @@ async def run_tree(request: RunRequest) -> RunResult:
         fences = Fences(list(script.spec.fences), tree=tree, replay=provider,
                         timeout=config.testing.fence_timeout_seconds)
         fences.install()
+    user: ScriptedUser | None = None
+    user_stop = AbortController()  # aborted at teardown: a scripted user's send in flight gives up
+    scripts_user = script is not None and isinstance(provider, ReplayProvider) and script.spec.scripts_user()
+    if scripts_user and fences is None and isinstance(provider, ReplayProvider):
+        # the user's actions wait on fence conditions, read from the fences' facts
+        fences = Fences([], tree=tree, replay=provider, timeout=config.testing.fence_timeout_seconds)
+        fences.install()
     root = await tree.create_root(resume=request.resume, continue_cut_off=task is None)
+    if scripts_user:
+        assert script is not None and fences is not None and isinstance(provider, ReplayProvider)
+        from dsh.loader.scripted_user import ScriptedUser  # deferred: only a transcript that scripts the user
+
+        user = ScriptedUser(script.spec, tree=tree, root=root, replay=provider, fences=fences,
+                            signal=user_stop.signal)
+        user.install()
     boundary = tree.resumed_at.get(root.id, len(root.session.events))
     if task is None and script is not None and not _accepted_input(root.session.events):
         # The run that created this root was cut off before its task was durable: nothing of it
@@ -265,6 +281,7 @@ async def run_tree(request: RunRequest) -> RunResult:
         state.shutting_down = True
         if fences is not None:
             fences.release()
+        user_stop.abort({"kind": "disposed"})  # as the control server's close aborts its deliveries
         try:
             await asyncio.wait_for(tree.shutdown(root), config.run.shutdown_grace_seconds)
         except TimeoutError:
@@ -280,6 +297,8 @@ async def run_tree(request: RunRequest) -> RunResult:
         violations = list(provider.violations)
     if fences is not None:
         violations.extend(fences.finish())
+    if user is not None:
+        violations.extend(user.finish())
     # Read after shutdown: a turn cancelled by a timeout or signal converges during it, and its
     # interrupted partial message and `turn/end` belong to this run's output (§7.4).
     outcome = run_outcome(list(root.session.events[boundary:]))

@@ -38,6 +38,7 @@ RANKS: dict[str, float] = {
     "tree": 7,
     "host": 8,
     "fences": 8,
+    "scripted_user": 8.5,  # drives the host's methods under the fences' conditions
     "sinks": 8,  # the run's observers and ledgers: on the tree, below headless
     "headless": 9,
     "engines": 9.5,  # beside headless: other engines build a RunResult as run_tree does (issue 12)

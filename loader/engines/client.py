@@ -102,6 +102,8 @@ def refuse(request: RunRequest) -> Transcript | None:
         return None
     if script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
+    if script.spec.user:  # no scripted user drives the workers' turns yet (loader/scripted_user.py)
+        raise ConfigError(render("T-ENGINE-UNSUPPORTED", what="a transcript's user actions"), code="USAGE")
     return script
 
 

@@ -30,7 +30,11 @@ Decisions where the spec leaves room:
   else `{{session:<agent key>}}`. The replay mints other ids; before, its calls named sessions
   that did not exist (an interrupt of one is an accepted no-op, so the child's hang never ended).
 - With the logs, the fences also hold each ancestor's interrupt until its target reached the hang
-  the interrupt ended, and fail each checkpoint that failed (`stop_fences.py`).
+  the interrupt ended, and fail each checkpoint that failed (`stop_fences.py`). What the user did
+  from another terminal is written as the transcript's `user` list, which the replay's runner does
+  again (`loader/scripted_user.py`): each `dsh interrupt` that ended a hang as `{interrupt: {agent,
+  when}}` (`stop_fences.observed_user_interrupts`), each `dsh send` as `{send: {agent, text,
+  when}}` at its observed window (`schedule.observed_user_sends`).
 - Redaction (issue 15 finding 10) touches only the fields that can carry a secret (the task, reply
   text, reasoning, tool-call argument values, error messages, hang text), never the structure
   (ids, tool names, agent keys, `finish`, fences), so the file always loads back and replays. A
@@ -229,6 +233,14 @@ class Recorder:
             if session_id not in known:
                 logger.warning("recorder: session %s was never noted; its replies are left out",
                                session_id)
+        if logs is not None:
+            from dsh.loader.models.schedule import observed_user_sends
+            from dsh.loader.models.stop_fences import observed_user_interrupts
+
+            keys = self.agent_keys()
+            user = observed_user_interrupts(logs, keys) + observed_user_sends(logs, keys)
+            if user:
+                doc["user"] = user
         ids = self._placeholders()
         doc["agents"] = {key: {**script, "replies": [_ids_as_placeholders(r, ids) for r in script["replies"]]}
                          for key, script in agents.items()}
@@ -303,6 +315,9 @@ def _redact(doc: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
     out = dict(doc)
     if isinstance(out.get("task"), str):
         out["task"] = _redact_text(out["task"], secrets)
+    if isinstance(out.get("user"), list):  # the user's sends: their text is content
+        out["user"] = [{**a, "send": {**a["send"], "text": _redact_text(a["send"]["text"], secrets)}}
+                       if isinstance(a.get("send"), dict) else a for a in out["user"]]
     agents = out.get("agents")
     if isinstance(agents, dict):
         out["agents"] = {key: {**script, "replies": [_redact_reply(r, secrets) for r in script["replies"]]}

@@ -31,13 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.loader.abort import Aborted, AbortSignal
 from dsh.loader.errors import ProviderCode, ProviderError
 from dsh.loader.models.protocol import Chunk, ModelRequest, OnRetry
 from dsh.loader.models.replay_build import DEFAULT_USAGE, Served, build, plain_chunks
 from dsh.loader.transcripts import PlaceholderKind, Transcript, UnresolvedPlaceholder
+
+if TYPE_CHECKING:
+    from dsh.loader.transcripts import Reply
 
 __all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
 
@@ -240,6 +243,11 @@ class ReplayProvider:
                 self._hang_listeners.remove(fn)
 
         return remove
+
+    def served_reply(self, agent_key: str) -> Reply | None:
+        """The reply last served to `agent_key` (a hang listener reads whether the user ends it)."""
+        cursor = self._cursor.get(agent_key, 0)
+        return self.transcript.spec.agents[agent_key].replies[cursor - 1] if cursor else None
 
     def hang_reached(self, agent_key: str) -> bool:
         return agent_key in self._hangs_reached

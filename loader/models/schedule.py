@@ -28,6 +28,14 @@ An epoch that ended without a step (a failed pre-step checkpoint) gets no sender
 a message whose sender the recording does not know, nor the notice of an epoch an interrupt ended
 (the interrupt, pinned by `stop_fences.interrupt_fences`, decides when it leaves; the recipient's hold still
 keeps its window). Those cases are logged, not guessed.
+
+The user's `dsh send` into a child (a message of kind `user` after the child's prompt, not a
+resume's continue message) has no sender step to hold: `observed_user_sends` writes it as a
+`user: [{send: {agent, text, when}}]` entry (done again by the replay's runner,
+`loader/scripted_user.py`), `when` being what a sender hold would wait for (the window and the
+earlier messages to R, the user's counted by `inboxAccepted {kind: user}`, which counts the prompt
+too); an in-step window gets R's hold as above. Limit: a send into an idle child that settled
+before the send is replayed only if the run is still going then (a replay ends at quiescence).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["observed_fences"]
+__all__ = ["observed_fences", "observed_user_sends"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +53,12 @@ logger = logging.getLogger(__name__)
 _KINDS = ("subagent-settled", "subagent-report", "coordinator")
 
 
-def _counts(seen: Mapping[str, int], agent: str) -> list[dict[str, Any]]:
-    return [{"inboxAccepted": {"agent": agent, "kind": kind, "count": seen[kind]}} for kind in _KINDS if seen[kind]]
+def _counts(seen: Mapping[str, int], agent: str, users: int = 0) -> list[dict[str, Any]]:
+    """`inboxAccepted` per kind seen; `users` counts the messages of kind user (prompt and sends)."""
+    counts = [{"inboxAccepted": {"agent": agent, "kind": kind, "count": seen[kind]}} for kind in _KINDS if seen[kind]]
+    if users:
+        counts.append({"inboxAccepted": {"agent": agent, "kind": "user", "count": users}})
+    return counts
 
 
 def _until(conds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +67,31 @@ def _until(conds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
     """Fences reproducing the recorded insert order; `keys` maps session id -> transcript agent key."""
+    return _observe(logs, keys)[0]
+
+
+def observed_user_sends(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The user's `dsh send`s as `user` entries `{send: {agent, text, when}}` (`loader/scripted_user.py`):
+    `when` is the recipient's window with every earlier message to it in (as a sender hold's
+    condition), and `observed_fences` holds an in-step window until the message is in."""
+    return _observe(logs, keys)[1]
+
+
+def _user_send(message: dict[str, Any], r_key: str, user_seen: int) -> bool:
+    """Whether a `user`-kind insert into a child is a `dsh send`: not the child's prompt (the first
+    message of kind user in its log), not a resume's continue message (it has a `form`)."""
+    source = message.get("source", {})
+    return r_key != "root" and source.get("kind") == "user" and user_seen > 0 and "form" not in source
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in message.get("content", []) if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _observe(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     fences: list[dict[str, Any]] = []
+    sends: list[dict[str, Any]] = []
     reports_used: dict[str, int] = {}
     for recipient, events in logs.items():
         r_key = keys.get(recipient)
@@ -64,6 +100,9 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
         turn = step = 0
         open_turn = False
         seen = dict.fromkeys(_KINDS, 0)
+        # Messages of kind user: the prompt, then the user's sends. Counted into the conditions only
+        # once the user has sent (a recording without sends keeps its fences).
+        user_seen = user_sends = 0
         for event in events:
             kind_of_event = event["type"]
             if kind_of_event == "turn/start":
@@ -78,19 +117,32 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
                 for message in event["data"].get("inserted", []):
                     source = message.get("source", {})
                     kind = source.get("kind")
-                    if kind not in _KINDS:
+                    is_send = _user_send(message, r_key, user_seen)
+                    if kind == "user":
+                        user_seen += 1
+                    if is_send:
+                        user_sends += 1
+                    if kind not in _KINDS and not is_send:
                         continue
                     before = dict(seen)
-                    seen[kind] += 1
+                    if kind in _KINDS:
+                        seen[kind] += 1
                     after = dict(seen)
+                    users_before = user_seen - 1 if is_send else user_seen
+                    users_after = user_seen if user_sends else 0
                     if open_turn:
                         window: dict[str, Any] = {"stepReached": {"agent": r_key, "turn": turn, "step": max(step, 1)}}
                         fences.append({"hold": {"agent": r_key, "turn": turn, "step": max(step, 1),
-                                                "until": _until(_counts(after, r_key))}})
+                                                "until": _until(_counts(after, r_key, users_after))}})
                     elif turn:
                         window = {"turnEnded": {"agent": r_key, "turn": turn}}
                     else:
                         window = {}
+                    conds = ([window] if window else []) + _counts(before, r_key, users_before if user_sends else 0)
+                    if is_send:
+                        sends.append({"send": {"agent": r_key, "text": _text_of(message),
+                                               "when": _until(conds)}})  # never empty: the prompt counts
+                        continue
                     sender = source.get("senderSessionId")
                     where = _sender_step(logs.get(sender, []), kind, int(event.get("time", 0)),
                                          reports_used, sender, str(message.get("id", "")))
@@ -98,11 +150,10 @@ def observed_fences(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str,
                     if where is None or s_key is None:
                         logger.info("recorder: no sender hold for a %s from %s to %s", kind, sender, recipient)
                         continue
-                    conds = ([window] if window else []) + _counts(before, r_key)
                     if conds:
                         fences.append({"hold": {"agent": s_key, "turn": where[0], "step": where[1],
                                                 "until": _until(conds)}})
-    return fences
+    return fences, sends
 
 
 def _sender_step(events: list[dict[str, Any]], kind: str, at: int, reports_used: dict[str, int],

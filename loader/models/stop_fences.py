@@ -24,7 +24,9 @@ Limits, logged and not guessed: `hangReached` is latched per agent, so only an a
 interrupt is pinned exactly; a later one is held only by its `stepReached` part. An interrupt that
 found its target outside a model request (a tool call, a held pre-step) has no hang to wait for and
 gets no fence, nor does a user's interrupt (`dsh interrupt`, `reason.kind == "user"`): no fence may
-cancel a turn (§16), and a replay has no user to do it.
+cancel a turn (§16). The recording writes such an interrupt as the transcript's `user` entry
+`{interrupt: {agent, when}}` instead (`observed_user_interrupts`), which the replay's runner does as
+the user did.
 
 **Failed checkpoints.** A turn that ended `error` with code CHECKPOINT_FAILED (the pre-step
 checkpoint could not be flushed: a disk fault live, a `failCheckpoint` fence in a test) asked the
@@ -40,7 +42,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["checkpoint_fences", "interrupt_fences", "stop_fences"]
+__all__ = ["checkpoint_fences", "interrupt_fences", "observed_user_interrupts", "stop_fences"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,14 +131,96 @@ def _interrupted_turns(events: list[dict[str, Any]]) -> list[tuple[int, int, int
             reason = data.get("reason") or {}
             cause = reason.get("reason") or {}
             if reason.get("kind") == "aborted" and cause.get("kind") == "user":
-                logger.warning("recorder: turn %s was interrupted by the user; its replay waits at that hang "
-                               "(no fence can interrupt)", data.get("turn"))
+                pass  # the recording's `user` entry (`observed_user_interrupts`)
             elif reason.get("kind") == "aborted" and cause.get("kind") == "parent":
                 if in_request and step:
                     out.append((int(data["turn"]), step, opened, int(e.get("time", 0))))
                 else:
                     logger.info("recorder: turn %s was interrupted outside a model request", data.get("turn"))
     return out
+
+
+def observed_user_interrupts(logs: Mapping[str, list[dict[str, Any]]], keys: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The user's `dsh interrupt`s that ended a hang, as `user` entries `{interrupt: {agent, when}}`
+    (`loader/scripted_user.py`): per turn of Y that ended `aborted` with cause `user` inside a model
+    request, `when` = Y reached that step and its hang, and Y's parent was where it was when the
+    interrupt ended the turn (in its step, or idle after its turn: where the interrupted epoch's
+    notice then lands). A user's interrupt that found Y outside a model request is logged, not
+    written: its replay has no hang to meet it at."""
+    out: list[dict[str, Any]] = []
+    for target, events in logs.items():
+        t_key = keys.get(target)
+        if t_key is None:
+            continue
+        parent = _parent_of(target, logs)
+        for turn, step, at in _user_interrupted_turns(events):
+            conds: list[dict[str, Any]] = [{"stepReached": {"agent": t_key, "turn": turn, "step": step}},
+                                           {"hangReached": {"agent": t_key}}]
+            p_key = keys.get(parent) if parent is not None else None
+            window = _window_at(logs[parent], p_key, at) if parent is not None and p_key is not None else None
+            if window is not None:
+                conds.append(window)
+            out.append({"interrupt": {"agent": t_key, "when": {"all": conds}}})
+    return out
+
+
+def _user_interrupted_turns(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """(turn, step, ended at) of each turn the user's interrupt ended inside a model request."""
+    out: list[tuple[int, int, int]] = []
+    step = 0
+    in_request = False
+    for e in events:
+        kind, data = e["type"], e["data"]
+        if kind == "turn/start":
+            step, in_request = 0, False
+        elif kind == "step/start":
+            step, in_request = int(data["step"]), False
+        elif kind in ("tool/call", "tool/result"):
+            in_request = False
+        elif kind == "llm/request":
+            in_request = True
+        elif kind == "assistant/message":
+            in_request = bool(data.get("interrupted"))
+        elif kind == "turn/end":
+            reason = data.get("reason") or {}
+            if reason.get("kind") == "aborted" and (reason.get("reason") or {}).get("kind") == "user":
+                if in_request and step:
+                    out.append((int(data["turn"]), step, int(e.get("time", 0))))
+                else:
+                    logger.warning("recorder: turn %s was interrupted by the user outside a model request; "
+                                   "the replay cannot interrupt it there", data.get("turn"))
+    return out
+
+
+def _parent_of(child: str, logs: Mapping[str, list[dict[str, Any]]]) -> str | None:
+    """The session whose `subagent` call spawned `child` (its descriptor's `spawnCallId`)."""
+    call_id = next((e["data"].get("spawnCallId") for e in logs[child] if e["type"] == "subagent/descriptor"), None)
+    if not isinstance(call_id, str):
+        return None
+    return next((sid for sid, events in logs.items() if sid != child and any(
+        e["type"] == "tool/call" and e["data"].get("callId") == call_id for e in events)), None)
+
+
+def _window_at(events: list[dict[str, Any]], key: str, at: int) -> dict[str, Any] | None:
+    """Where the agent of `events` was at time `at`: in step (T, S) → `stepReached`, idle after turn
+    T → `turnEnded` (as `schedule.observed_fences` reads a recipient's window); None before its first turn."""
+    turn = step = 0
+    open_turn = False
+    for e in events:
+        if int(e.get("time", 0)) > at:
+            break
+        kind, data = e["type"], e["data"]
+        if kind == "turn/start":
+            turn, step, open_turn = int(data["turn"]), 0, True
+        elif kind == "step/start":
+            step = int(data["step"])
+        elif kind == "step/end":
+            step = int(data["step"]) + 1
+        elif kind == "turn/end":
+            open_turn = False
+    if open_turn:
+        return {"stepReached": {"agent": key, "turn": turn, "step": max(step, 1)}}
+    return {"turnEnded": {"agent": key, "turn": turn}} if turn else None
 
 
 def _last_call_between(calls: list[tuple[int, str, int, int]], opened: int, ended: int) -> tuple[str, int, int] | None:

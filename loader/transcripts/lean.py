@@ -119,6 +119,11 @@ SCHEMAS: dict[str, Schema] = {
             _f("maintenance", _opt(_model("MaintenanceSpec")), None),
             _f("fail_checkpoint", _opt(_model("FailCheckpointSpec")), None),
         ), record=_Fence, after=_one_of("fence", _FENCE_FIELDS)),
+        Schema("UserSendSpec", (_f("agent", _STR), _f("text", _NON_EMPTY), _f("when", _model("Condition")))),
+        Schema("UserInterruptSpec", (_f("agent", _STR), _f("when", _model("Condition")))),
+        Schema("UserAction", (
+            _f("interrupt", _opt(_model("UserInterruptSpec")), None), _f("send", _opt(_model("UserSendSpec")), None),
+        ), after=_one_of("user action", ("interrupt", "send"))),
         Schema("TranscriptSpec", (
             _f("version", ("lit", (1,))),
             _f("name", ("str", {"pattern": NAME_PATTERN})),
@@ -126,6 +131,7 @@ SCHEMAS: dict[str, Schema] = {
             _f("task", _STR),
             _f("overlays", ("list", _STR), []),
             _f("fences", ("list", _model("Fence")), []),
+            _f("user", ("list", _model("UserAction")), []),
             _f("agents", ("dict", ("str", {"pattern": AGENT_KEY_PATTERN}), _model("AgentScript"))),
         ), record=_TranscriptSpec, after=lambda spec: first_problem(spec) is None),
     )

@@ -14,6 +14,11 @@ Decisions where §15.1 leaves room:
 - `hang:` with a null value means `hang: {}`.
 - Two children may not name the same `spawnedBy` call (binding would always conflict).
 - Fences follow `fence_schema.py`; every agent a fence or condition names must be an agent key.
+- What the user did during a recorded run (issue 12 "Not yet" item 4) is a top-level `user` list,
+  not fences (fences never cancel or send, §16): `interrupt: {agent, when: COND}` (the runner's
+  `dsh interrupt` once COND holds) and `send: {agent, text, when: COND}` (its `dsh send`), COND
+  being a fence condition (§16.1). Only a child can be their target, as only a child can be
+  addressed as `<root>/<child>`.
 """
 
 from __future__ import annotations
@@ -24,8 +29,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from dsh.loader.transcripts.fence_schema import Fence
-from dsh.loader.transcripts.shapes import LocatedProblem, ReplyShape, SpecShape, first_problem, null_hang_is_empty, reply_problem
+from dsh.loader.transcripts.fence_schema import Condition, Fence
+from dsh.loader.transcripts.shapes import (
+    LocatedProblem,
+    ReplyShape,
+    SpecShape,
+    exactly_one_problem,
+    first_problem,
+    null_hang_is_empty,
+    reply_problem,
+)
 
 __all__ = [
     "AGENT_KEY_RE",
@@ -38,6 +51,9 @@ __all__ = [
     "ReplyUsage",
     "ToolCallSpec",
     "TranscriptSpec",
+    "UserAction",
+    "UserInterruptSpec",
+    "UserSendSpec",
 ]
 
 AGENT_KEY_RE = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -106,6 +122,33 @@ class AgentScript(_Schema):
     replies: list[Reply]
 
 
+class UserSendSpec(_Schema):
+    """A `dsh send <root>/<agent> text`, made once `when` holds (a fence condition, §16.1)."""
+
+    agent: str
+    text: NonEmpty
+    when: Condition
+
+
+class UserInterruptSpec(_Schema):
+    """A `dsh interrupt <root>/<agent>`, made once `when` holds."""
+
+    agent: str
+    when: Condition
+
+
+class UserAction(_Schema):
+    interrupt: UserInterruptSpec | None = None
+    send: UserSendSpec | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> UserAction:
+        problem = exactly_one_problem(self, ("interrupt", "send"), "user action")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
 class TranscriptSpec(_Schema, SpecShape):
     version: Literal[1]
     name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -113,6 +156,7 @@ class TranscriptSpec(_Schema, SpecShape):
     task: str
     overlays: list[str] = []
     fences: list[Fence] = []
+    user: list[UserAction] = []
     agents: dict[AgentKey, AgentScript]
 
     @model_validator(mode="after")

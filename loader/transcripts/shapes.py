@@ -95,12 +95,16 @@ class FenceShape:
 
 
 class SpecShape:
-    """`TranscriptSpec.children()`."""
+    """`TranscriptSpec.children()` and `scripts_user()`."""
 
     __slots__ = ()
 
     def children(self) -> dict[str, Any]:
         return {key: script for key, script in self.agents.items() if key != "root"}  # type: ignore[attr-defined]
+
+    def scripts_user(self) -> bool:
+        """Whether the transcript scripts the user (`scripted_user.py`)."""
+        return bool(self.user)  # type: ignore[attr-defined]
 
 
 def condition_agents(cond: Any) -> list[tuple[tuple[Any, ...], str]]:
@@ -120,7 +124,8 @@ def first_problem(spec: Any) -> LocatedProblem | None:
     """The first cross-field problem in document order, or None."""
     if "root" not in spec.agents:
         return LocatedProblem(("agents",), "agents must contain root")
-    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders, _check_fences):
+    for check in (_check_binding_keys, _check_tool_call_ids, _check_spawned_by, _check_orders, _check_fences,
+                  _check_user):
         problem = check(spec)
         if problem is not None:
             return problem
@@ -215,4 +220,21 @@ def _check_fences(spec: Any) -> LocatedProblem | None:
             for loc, key in condition_agents(until):
                 if key not in spec.agents:
                     return LocatedProblem(("fences", i, kind, "until", *loc), f"no agent {key!r} in this transcript")
+    return None
+
+
+def _check_user(spec: Any) -> LocatedProblem | None:
+    """The user's actions address a child, as `dsh interrupt` and `dsh send` take `<root>/<child>`;
+    a `when` condition names agents of this transcript."""
+    for i, action in enumerate(spec.user):
+        kind = "interrupt" if action.interrupt is not None else "send"
+        part = action.interrupt or action.send
+        loc = ("user", i, kind)
+        if part.agent == "root":
+            return LocatedProblem((*loc, "agent"), f"the user {kind}s children only (dsh {kind} <root>/<child>)")
+        if part.agent not in spec.agents:
+            return LocatedProblem((*loc, "agent"), f"no agent {part.agent!r} in this transcript")
+        for cloc, key in condition_agents(part.when):
+            if key not in spec.agents:
+                return LocatedProblem((*loc, "when", *cloc), f"no agent {key!r} in this transcript")
     return None
