@@ -70,6 +70,11 @@ class _Live:
         self.barrier: asyncio.Task[None] | None = None
         self.closing: asyncio.Task[None] | None = None
         self.error: BaseException | None = None  # the last write failure, cleared by a success
+        # Inline I/O with fsync: the head `unsynced` lines of `queue` are written (the file is
+        # `written` bytes) and wait for `group`, the sync that will cover them (`_write_inline`).
+        self.unsynced = 0
+        self.written = committed
+        self.group: asyncio.Future[None] | None = None
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -121,16 +126,23 @@ class WriteBehind:
         Without fsync the batch is committed before this returns. With fsync the batch is written
         now but committed only when the group sync that covers it returns: until then `live.writer`
         is a future completed by that sync's callback, so one write is in flight, as with a task.
+        A barrier that finds a batch of its session waiting for a group that has not run yet
+        extends it (`_extendable`): the rest of the queue is written behind it and waits for the
+        same sync (issue 13: a checkpoint right after a write-behind batch cost two syncs in a row).
+        The sync covers every byte written before it, so both batches are durable when it
+        returns; on failure both are cut back and stay queued.
         Returns the write's failure (remembered in `live.error`); a sync failure is the writer's result.
         """
-        assert live.writer is None, "one write per session at a time"
-        count = len(live.queue)
-        data = b"".join(live.queue)
+        start = live.unsynced
+        assert live.writer is None or start > 0, "one write per session at a time"
+        count = len(live.queue) - start
+        data = b"".join(live.queue[start:] if start else live.queue)
+        expected = live.written if start else live.committed  # the file as this write finds it
         try:
             if self.io.__class__ is FileIO:  # the real I/O: one frame through the held descriptor
-                size = append_held(live.lock_fd, live.path, data, self.fsync, live.committed)
+                size = append_held(live.lock_fd, live.path, data, self.fsync, expected)
             else:  # a double: through its methods
-                size = append_batch(self.io, live.path, data, self.fsync, live.committed, defer_sync=True)
+                size = append_batch(self.io, live.path, data, self.fsync, expected, defer_sync=True)
         except Exception as exc:
             live.error = exc
             logger.warning("session %s: write of %d events failed: %s", live.session.id, count, exc)
@@ -142,26 +154,42 @@ class WriteBehind:
             if rearm and live.queue and live.barrier is None and live.timer is None:
                 self._arm_timer(live)  # events that arrived during the write
             return None
+        live.unsynced = start + count
+        live.written = size
+        if start:  # an extension: the group this session's batch waits for covers it too
+            return None
         writer: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         writer.add_done_callback(_retrieve)
         live.writer = writer
         group = self._sync.request(fds=[live.lock_fd])
-        group.add_done_callback(functools.partial(self._on_synced, live, writer, count, size, size - len(data)))
+        live.group = group
+        group.add_done_callback(functools.partial(self._on_synced, live, writer, live.committed))
         return None
 
+    def _extendable(self, live: _Live) -> bool:
+        """A barrier may write behind the batch in flight (`_write_inline`): inline fsync I/O, lines
+        queued after it, and its group not run yet (a group that ran has scheduled its callbacks,
+        which commit the batch; bytes written now would not be covered)."""
+        group = live.group
+        return (self.fsync and live.writer is not None and len(live.queue) > live.unsynced
+                and group is not None and not group.done())
+
     def _on_synced(
-        self, live: _Live, writer: asyncio.Future[BaseException | None], count: int, size: int, before: int,
-        group: asyncio.Future[None],
+        self, live: _Live, writer: asyncio.Future[BaseException | None], before: int, group: asyncio.Future[None],
     ) -> None:
         """The group sync covering an inline batch returned: commit it, or cut it back (the
         truncate-on-failure rule: `committed` only ever names fsynced bytes)."""
+        count, size = live.unsynced, live.written
         live.writer = None
+        live.group = None
+        live.unsynced = 0
         error = None if group.cancelled() else group.exception()
         if group.cancelled() or error is not None:
             try:
                 self.io.truncate(live.path, before, self.fsync)
             except Exception:
                 logger.exception("%s: truncate back to %d bytes failed", live.path, before)
+            live.written = before
             if group.cancelled():  # the loop is going away: nobody may be told the data is durable
                 writer.cancel()
                 return
@@ -258,6 +286,11 @@ class WriteBehind:
         group sync is awaited finds the writer in flight and leaves the queue to the barrier."""
         while True:
             if live.writer is not None:
+                if self._extendable(live):
+                    error = self._write_inline(live, rearm=False)  # behind the batch, in its group
+                    if error is not None:
+                        message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                        raise CheckpointError(message) from error
                 await asyncio.shield(live.writer)
                 continue
             if not live.queue:

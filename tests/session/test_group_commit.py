@@ -165,3 +165,43 @@ async def test_an_inline_group_starts_one_pass_later_so_wakes_of_the_same_iterat
 
     await asyncio.shield(first)
     assert groups == [[1, 2]]
+
+
+async def test_a_checkpoint_right_after_a_write_behind_batch_shares_its_sync(tmp_path: Path) -> None:
+    """Under inline I/O a barrier that finds its session's write-behind batch waiting for a group
+    that has not run writes the rest behind it, and one sync covers both (issue 13: two syncs in a
+    row before). The flush still returns only after that sync, with both batches committed."""
+    io = RecordingIO()
+    store = SessionStore(tmp_path / "home", batch_delay_ms=0, fsync=True, io=io, inline_io=True)
+    session = await store.create(make_header("session-a", created_at=1))
+    io.events.clear()
+    session.append("turn/start", {"turn": 1})
+    await asyncio.sleep(0)  # one ready-queue pass: the write-behind timer writes its batch
+    assert [kind for kind, _ in io.events] == ["write"]
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+    await store.flush(session)
+
+    assert [kind for kind, _ in io.events] == ["write", "write", "sync"]
+    assert [e["type"] for e in read(store.path(session.id)).events] == ["turn/start", "turn/end"]
+    await store.close(session)
+    assert syncs(io) == [(1, 0)]  # the close found nothing left to write or sync
+
+
+async def test_a_failed_shared_sync_cuts_both_batches_back_and_the_barrier_writes_them_again(tmp_path: Path) -> None:
+    """The shared sync fails: both batches are cut back (truncate-on-failure), stay queued, and the
+    barrier retries the write in flight as it always has: one write of both, one sync, each event once."""
+    io = RecordingIO()
+    store = SessionStore(tmp_path / "home", batch_delay_ms=0, fsync=True, io=io, inline_io=True)
+    session = await store.create(make_header("session-a", created_at=1))
+    io.events.clear()
+    session.append("turn/start", {"turn": 1})
+    await asyncio.sleep(0)  # the timer's batch is written and waits for its group
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    io.fail_syncs = 1
+
+    await store.flush(session)
+
+    assert [kind for kind, _ in io.events] == ["write", "write", "sync", "write", "sync"]
+    assert [e["seq"] for e in read(store.path(session.id)).events] == [0, 1]
+    await store.close(session)
