@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 from pathlib import Path
 
-from temporalio.client import Client
+import temporalio.exceptions
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.engines.homes import HOME_ID_FILE, home_queue
@@ -29,10 +31,16 @@ from dsh.loader.engines.projection import TreeProjection
 from dsh.loader.engines.stream import ServerFeed, root_log_visible
 from dsh.loader.ids import check_session_id
 from dsh.loader.sinks import RunSinks
+from dsh.loader.texts import render
 
 __all__ = ["gather", "root_of", "whole_here", "write_home"]
 
 logger = logging.getLogger(__name__)
+
+# A page of a finished tree needs no wait: its reader workflow runs as soon as a worker takes it, a
+# home with no worker is skipped after `reader.PAGE_WAIT_HOME` (10 s). With no worker at all it
+# would wait the stream's `PAGE_RUN` (10 min); a view gives up after this instead and says why.
+GATHER_PAGE_RUN = timedelta(minutes=2)
 
 
 def _own_token(home: Path) -> str | None:
@@ -74,11 +82,19 @@ async def root_of(client: Client, session_id: str) -> str | None:
     return None
 
 
-async def gather(client: Client, task_queue: str, home: Path, root_id: str) -> dict[str, bytes]:
+async def gather(client: Client, task_queue: str, home: Path, root_id: str,
+                 page_run: timedelta = GATHER_PAGE_RUN) -> dict[str, bytes]:
     """Every session log of the tree, by session id, read over the server from each of its homes
-    (complete passes until one brings nothing new, as the stream's final drain)."""
-    feed = ServerFeed(client, task_queue, home, TreeProjection(root_id, RunSinks(), keep=True))
-    await feed.drain()
+    (complete passes until one brings nothing new, as the stream's final drain). A page no worker
+    read within `page_run` raises TimeoutError (T-ENGINE-NO-PAGES) instead of waiting on."""
+    feed = ServerFeed(client, task_queue, home, TreeProjection(root_id, RunSinks(), keep=True), page_run=page_run)
+    try:
+        await feed.drain()
+    except WorkflowFailureError as exc:
+        if not isinstance(exc.cause, temporalio.exceptions.TimeoutError):
+            raise
+        raise TimeoutError(render("T-ENGINE-NO-PAGES", queue=task_queue, root=root_id,
+                                  seconds=f"{page_run.total_seconds():g}")) from exc
     logs = {sid: bytes(data) for sid, data in (feed.projection.raw or {}).items()}
     logger.info("gathered %d logs of %s over the server", len(logs), root_id)
     return logs

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,10 @@ from temporal_kit import backstopped, client, records_of, write_transcript  # no
 from temporalio.client import Client
 from test_homes import BACKSTOP, FANOUT, fanout, merged, run_tree_temporal, sessions_in, two_homes
 
+from dsh.loader.engines.tree_logs import gather
 from dsh.loader.headless import RunRequest
 from dsh.loader.testing.runner import FlowPlan, plan_flow
+from dsh.loader.texts import render
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -117,3 +120,20 @@ async def test_sessions_show_and_tree_of_a_tree_in_the_client_home_answer_from_i
     assert await dsh(env, tmp_path, "sessions", "show", root, "--home", home) == plain
     assert await dsh(env, tmp_path, "sessions", "tree", root, "--home", home) == \
         await dsh(env, tmp_path, "sessions", "tree", root, "--home", home, "--engine", "local")
+
+
+async def test_gathering_a_tree_no_worker_reads_gives_up_after_its_page_run_and_says_why(
+    client: Client, tmp_path: Path
+) -> None:
+    """With every worker gone, a view does not wait the stream's ten minutes per page: the page's
+    reader workflow times out after `page_run` and the gathering says which queue nobody served."""
+    plan = shipped()
+    homes, client_home = [tmp_path / "a", tmp_path / "b"], tmp_path / "client"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    request = RunRequest(home=client_home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True)
+    async with two_homes(client, queue, homes):
+        root = (await asyncio.wait_for(run_tree_temporal(request, queue, client), BACKSTOP)).root_session_id
+    with pytest.raises(TimeoutError) as raised:
+        # The backstop is a loud failure (ten minutes without the bound), never an ordering.
+        await asyncio.wait_for(gather(client, queue, client_home, root, page_run=timedelta(seconds=2)), BACKSTOP)
+    assert str(raised.value) == render("T-ENGINE-NO-PAGES", queue=queue, root=root, seconds="2")
