@@ -28,7 +28,8 @@ from temporal_kit import backstopped, client, records_of, write_transcript  # no
 from temporalio.client import Client
 from test_homes import BACKSTOP, FANOUT, fanout, merged, run_tree_temporal, sessions_in, two_homes
 
-from dsh.loader.engines.tree_logs import gather
+from dsh.loader.engines.tree_logs import gather, whole_here
+from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest
 from dsh.loader.testing.runner import FlowPlan, plan_flow
 from dsh.loader.texts import render
@@ -87,6 +88,11 @@ async def test_sessions_show_and_tree_read_every_home_as_one_home_holding_all_th
             assert found[0] - {root} and found[1] - {root}, found
             children = [min(found[0] - {root}), min(found[1] - {root})]
         seen = await views(env, tmp_path, client_home, root, children)
+        # From the root's own home, which holds the root log but not every child's: still whole.
+        [root_home] = [h for h, f in zip(homes, found, strict=True) if root in f]
+        assert await dsh(env, tmp_path, "sessions", "tree", root, "--home", root_home) == seen[0]
+        if spread:
+            assert not await whole_here(client, queue, root_home, root)
     assert sessions_in(client_home) == set() and list(private.iterdir()) == []
 
     whole = merged(homes, tmp_path / "merged")
@@ -137,3 +143,23 @@ async def test_gathering_a_tree_no_worker_reads_gives_up_after_its_page_run_and_
         # The backstop is a loud failure (ten minutes without the bound), never an ordering.
         await asyncio.wait_for(gather(client, queue, client_home, root, page_run=timedelta(seconds=2)), BACKSTOP)
     assert str(raised.value) == render("T-ENGINE-NO-PAGES", queue=queue, root=root, seconds="2")
+
+
+async def test_a_tree_on_the_home_the_workers_share_with_the_client_is_read_from_that_home(
+    client: Client, tmp_path: Path
+) -> None:
+    """The local path stays when the home holds the whole tree: a worker on the client's own home
+    (its one home queue is this home's) leaves nothing to gather, and the views read the home."""
+    plan = shipped()
+    home = tmp_path / "shared"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("DSH_")}
+    env.update(DSH_ENGINE="temporal", DSH_TEMPORAL__ADDRESS=client.service_client.config.target_host,
+               DSH_TEMPORAL__TASK_QUEUE=queue)
+    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True)
+    async with make_worker(client, queue, home=home):
+        root = (await asyncio.wait_for(run_tree_temporal(request, queue, client), BACKSTOP)).root_session_id
+        assert await whole_here(client, queue, home, root)
+        tree = await dsh(env, tmp_path, "sessions", "tree", root, "--home", home)
+    assert tree == await dsh(env, tmp_path, "sessions", "tree", root, "--home", home, "--engine", "local")
+    assert len(tree.splitlines()) == 5
