@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dsh.cli.common import fail
 
@@ -44,13 +44,15 @@ def viewed_home(home: Path, session_id: str, engine: str | None, view: View) -> 
     if engine == "local" or (view == "show" and (home / "sessions" / session_id).is_dir()):
         yield home
         return
+    temporal: Any = None
     if engine is None:
-        from dsh.cli.control import _configured_engine
+        from dsh.cli.session_rows import configured_temporal
 
-        if _configured_engine() != "temporal":
+        temporal = configured_temporal()
+        if temporal is None:  # local, or a configuration that does not compose: the home, as before
             yield home
             return
-    logs = _gathered(home, session_id)
+    logs = _gathered(home, session_id, temporal)
     if logs is None:
         yield home
         return
@@ -64,17 +66,18 @@ def viewed_home(home: Path, session_id: str, engine: str | None, view: View) -> 
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _gathered(home: Path, session_id: str) -> dict[str, bytes] | None:
+def _gathered(home: Path, session_id: str, temporal: Any) -> dict[str, bytes] | None:
     """The logs of the tree holding `session_id`, read from each of its homes; None when the
     client's home holds the whole tree, or the server knows no tree holding it (the home's answer
-    stands, `T-CLI-UNKNOWN-SESSION` included)."""
+    stands, `T-CLI-UNKNOWN-SESSION` included). `temporal`: the settings, or None to compose them
+    (`--engine temporal`: a configuration that does not compose is then an error, exit 2)."""
     import asyncio
 
     from dsh.loader.config import compose
     from dsh.loader.errors import DshError
 
     try:
-        temporal = compose().config.temporal
+        temporal = temporal or compose().config.temporal
         from dsh.loader.engines.client import connect
         from dsh.loader.engines.tree_logs import gather, root_of, whole_here
     except DshError as exc:
