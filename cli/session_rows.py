@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROW_KEYS", "Liveness", "clip", "read_headers", "root_of", "session_row", "unreadable_row"]
+__all__ = ["ROW_KEYS", "Liveness", "clip", "configured_temporal", "read_headers", "root_of", "session_row",
+           "unreadable_row"]
 
 ROW_KEYS = ("id", "root", "parent", "address", "depth", "origin", "mode", "label", "task", "createdAt",
             "lastActivity", "turns", "lastTurnEnd", "lastStopReason", "live", "state", "error")
@@ -88,7 +89,7 @@ class Liveness:
 
     def _temporal_status(self, root_id: str) -> dict[str, Any] | None:
         if self._temporal is False:
-            self._temporal = _configured_temporal()
+            self._temporal = configured_temporal()
         temporal = self._temporal
         if temporal is None:
             return None
@@ -120,7 +121,7 @@ class Liveness:
         return True, found if isinstance(found, str) else "saved"
 
 
-def _configured_temporal() -> Any:
+def configured_temporal() -> Any:
     """The composed `temporal` settings when the configuration says `engine: temporal`, else None
     (without a `DSH_*` variable the default profile's engine, local, is answered without composing;
     a configuration that does not compose lists as not live rather than failing the listing)."""

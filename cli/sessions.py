@@ -27,9 +27,13 @@ HomeOption = Annotated[Optional[Path], typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="NDJSON on stdout: one JSON object per line.")]
 SessionIdArgument = Annotated[str, typer.Argument(
     metavar="SESSION_ID", help="A session id, as `dsh sessions list` prints it.")]
+EngineOption = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="NAME",
+    help="local (read the home) or temporal (a tree not all under the home is read from each of its "
+    "workers' homes, through temporal.address). Default: the configured engine.")]
 
 
-def _read(home: Path, session_id: str) -> Any:
+def _read(home: Path, session_id: str, shown: Path | None = None) -> Any:
     from dsh.loader.errors import DshError
     from dsh.loader.ids import check_session_id
     from dsh.loader.session import read
@@ -42,7 +46,7 @@ def _read(home: Path, session_id: str) -> Any:
 
     path = home / "sessions" / session_id / "session.jsonl"
     if not path.parent.is_dir():
-        fail(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=home), 2)
+        fail(render("T-CLI-UNKNOWN-SESSION", id=session_id, home=shown or home), 2)
     try:
         return read(path)
     except DshError as exc:
@@ -120,10 +124,14 @@ def show(
     json_output: JsonOption = False,
     requests: Annotated[bool, typer.Option(
         "--requests", help="What the model saw: each request's model, message count, system prompt and tools.")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Events of one session (`seq type summary`, or raw JSONL); torn or corrupt state is reported."""
+    from dsh.cli.session_homes import viewed_home
+
     root_dir = resolve_home(home)
-    result = _read(root_dir, session_id)
+    with viewed_home(root_dir, session_id, engine, "show") as view:
+        result = _read(view, session_id, root_dir)
     if requests:
         from dsh.cli.session_requests import request_rows, show_requests
         from dsh.loader.texts import render
@@ -148,14 +156,18 @@ def tree(
     session_id: SessionIdArgument,
     home: HomeOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="NDJSON on stdout: one JSON object per line.")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Descendants with label, mode, last stop reason, live state and each child's
     `<parent>/<child>` address (what `dsh interrupt` and `dsh send` take)."""
+    from dsh.cli.session_homes import viewed_home
     from dsh.cli.session_listing import print_tree, tree_rows
 
     root_dir = resolve_home(home)
-    _read(root_dir, session_id)
-    print_tree(tree_rows(root_dir, session_id), json_output=json_output)
+    with viewed_home(root_dir, session_id, engine, "tree") as view:
+        _read(view, session_id, root_dir)
+        rows = tree_rows(view, session_id)
+    print_tree(rows, json_output=json_output)
 
 
 @app.command("prune", epilog=EPILOGS["sessions prune"])

@@ -243,6 +243,7 @@ ISSUE_12_TEXTS = {
     "T-ENGINE-REPORT-TOO-LARGE": "[this report is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
     "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",
+    "T-ENGINE-NO-PAGES": "no worker of task queue {queue} read the logs of {root} within {seconds} s; start one (dsh worker) or read the home alone: --engine local",
 }
 
 SPEC_TEXTS = {

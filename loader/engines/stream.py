@@ -94,7 +94,8 @@ class ServerFeed(Feed):
     was, so nothing is skipped or read twice."""
 
     def __init__(self, client: Client, task_queue: str, home: Path, projection: TreeProjection,
-                 *, max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES, long_poll: float = LONG_POLL) -> None:
+                 *, max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES, long_poll: float = LONG_POLL,
+                 page_run: timedelta = PAGE_RUN) -> None:
         self.client = client
         self.task_queue = task_queue
         self.home = str(home.resolve())
@@ -103,6 +104,7 @@ class ServerFeed(Feed):
         self.reader = uuid.uuid4().hex[:12]
         self.pages = 0
         self.max_bytes, self.max_lines, self.long_poll = max_bytes, max_lines, long_poll
+        self.page_run = page_run
 
     async def homes(self) -> list[str]:
         """The home queues of the tree's sessions, as the root heard of them (README "Homes");
@@ -124,7 +126,7 @@ class ServerFeed(Feed):
                       max_bytes=self.max_bytes, max_lines=self.max_lines, queues=queues)
         return await self.client.execute_workflow(
             StreamReader.run, ask, id=stream_workflow_id(self.projection.root_id, self.reader, self.pages),
-            task_queue=self.task_queue, execution_timeout=PAGE_RUN)
+            task_queue=self.task_queue, execution_timeout=self.page_run)
 
     def feed(self, page: Page) -> None:
         self.cursor = page.cursor
