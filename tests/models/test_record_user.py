@@ -14,7 +14,6 @@ else: its replay waited there until the backstop (the user-interrupt test, check
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -105,33 +104,10 @@ async def test_a_run_the_user_interrupted_through_the_socket_replays_to_its_flow
     assert first == second == live
 
 
-USER_SEND = textwrap.dedent("""
-    version: 1
-    name: user-send-live
-    task: Start a worker.
-    fences:
-      # The worker's first step waits for the user's message (the test sends it on the socket).
-      - hold: {agent: worker, turn: 1, step: 1, until: {inboxAccepted: {agent: worker, kind: user, count: 2}}}
-      - hold: {agent: worker, turn: 2, step: 1, until: {turnEnded: {agent: root, turn: 1}}}
-    agents:
-      root:
-        replies:
-          - toolCalls:
-              - {id: start-worker, name: subagent, arguments: {label: worker, prompt: Say FIRST_OK.}}
-          - text: STARTED
-          - text: WORKER_DONE
-      worker:
-        spawnedBy: start-worker
-        replies:
-          - text: FIRST_OK
-          - text: EXTRA_OK
-""").lstrip("\n")
+USER_SEND = Path(__file__).parents[1] / "replay" / "user-send-live.yaml"  # no `user` list: the test is the user
 
 
 async def test_a_run_the_user_sent_to_through_the_socket_replays_to_its_flow(tmp_path: Path) -> None:
-    source = tmp_path / "user-send-live.yaml"
-    source.write_text(USER_SEND, encoding="utf-8")
-
     async def user(home: Path, root_id: str, provider: RecordedReplay, reached: Any) -> None:
         await _reached(reached, ("worker", 1, 1))
         child = provider.session_of("worker")
@@ -141,7 +117,7 @@ async def test_a_run_the_user_sent_to_through_the_socket_replays_to_its_flow(tmp
                             timeout=RPC_TIMEOUT)
         assert "messageId" in answer
 
-    rec, doc, live = await _record_with_user(source, tmp_path, user)
+    rec, doc, live = await _record_with_user(USER_SEND, tmp_path, user)
     assert [(a["send"]["agent"], a["send"]["text"]) for a in doc["user"]] == [("child-1", "EXTRA")]
     first = await arun_flow(rec, home=tmp_path / "replay-a", timeout=BACKSTOP)
     second = await arun_flow(rec, home=tmp_path / "replay-b", timeout=BACKSTOP)

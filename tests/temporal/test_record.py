@@ -10,6 +10,7 @@ import json
 import stat
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_kit import backstopped, client  # noqa: F401  (client: the module's dev-server fixture)
@@ -79,20 +80,16 @@ async def test_a_recording_keeps_no_secret_of_the_client(client: Client, tmp_pat
     assert [r.text for r in script.agents["root"].replies] == [f"The token is {REDACTED}."]
 
 
-async def test_a_temporal_run_the_user_interrupted_replays_to_its_flow_on_the_local_engine(
-    client: Client, tmp_path: Path
-) -> None:
-    """interrupt-demo (fenced as in test_temporal_control.py) on Temporal with the user's `dsh interrupt` over the client
-    (`control.user_call`, what the CLI calls) once the root's first turn ended: the recording writes
-    it as the transcript's `user` entry (read from the workers' logs), and the local replay of the
-    file does it again, to the Temporal run's flow. Before, the recording kept the hang only and
-    its replay waited there."""
+async def _record_with_user_call(client: Client, tmp_path: Path, plan: FlowPlan, spawn_call: str, method: str,
+                                 params: dict[str, str]) -> tuple[Flow, Any, Path]:
+    """Run `plan` on Temporal with `--record`; once the root's first turn ended, act as the user
+    over the client (`control.user_call`, what the CLI calls) with `method` on the child that
+    `spawn_call` started. Returns the Temporal run's flow, the recording's spec and its path."""
     from dsh.loader.engines.control import user_call
-    from dsh.loader.session import SessionStore
     from dsh.loader.headless import RunSinks
-    from test_temporal_control import fenced_demo, root_turn_completed
+    from dsh.loader.session import SessionStore
+    from test_temporal_control import root_turn_completed
 
-    plan = plan_flow(fenced_demo(tmp_path))  # the root's turn 1 ends once the child's hang is reached
     (tmp_path / "rec").mkdir()
     rec = tmp_path / "rec" / f"{plan.script.spec.name}.yaml"  # the file stem is the recording's name
     home = tmp_path / "home"
@@ -105,13 +102,27 @@ async def test_a_temporal_run_the_user_interrupted_replays_to_its_flow_on_the_lo
         root = await asyncio.wait_for(started, 60)
         await asyncio.wait_for(root_turn_completed(client, root), 60)
         [spawn] = [e for e in SessionStore(home).read(root).events
-                   if e["type"] == "tool/result" and e["data"]["callId"] == "start-child"]
+                   if e["type"] == "tool/result" and e["data"]["callId"] == spawn_call]
         child = spawn["data"]["value"]["sessionId"]
-        await user_call(client, root, "subagent.interrupt", {"parentSessionId": root, "childSessionId": child})
+        await user_call(client, root, method, {"parentSessionId": root, "childSessionId": child, **params})
         result = await asyncio.wait_for(run, BACKSTOP)
     assert result.violations == []
     flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, plan.script.spec.name)))
-    doc = load_transcript(rec).spec
+    return flow, load_transcript(rec).spec, rec
+
+
+async def test_a_temporal_run_the_user_interrupted_replays_to_its_flow_on_the_local_engine(
+    client: Client, tmp_path: Path
+) -> None:
+    """interrupt-demo (fenced as in test_temporal_control.py) on Temporal with the user's `dsh interrupt` over the client
+    (`control.user_call`, what the CLI calls) once the root's first turn ended: the recording writes
+    it as the transcript's `user` entry (read from the workers' logs), and the local replay of the
+    file does it again, to the Temporal run's flow. Before, the recording kept the hang only and
+    its replay waited there."""
+    from test_temporal_control import fenced_demo
+
+    plan = plan_flow(fenced_demo(tmp_path))  # the root's turn 1 ends once the child's hang is reached
+    flow, doc, rec = await _record_with_user_call(client, tmp_path, plan, "start-child", "subagent.interrupt", {})
     assert [a.interrupt.agent for a in doc.user if a.interrupt is not None] == ["child-1"]
     replayed = await arun_flow(rec, home=tmp_path / "replay", timeout=60)
     assert replayed == flow
@@ -123,57 +134,12 @@ async def test_a_temporal_run_the_user_sent_to_replays_to_its_flow_on_the_local_
     """The user's `dsh send` over the client (`control.user_call`) to a worker whose first step is
     held until the message is in: the recording writes it as the transcript's `user` send, and the
     local replay of the file sends it again, to the Temporal run's flow."""
-    from dsh.loader.engines.control import user_call
-    from dsh.loader.headless import RunSinks
-    from dsh.loader.session import SessionStore
-    from test_temporal_control import root_turn_completed
-
-    source = tmp_path / "user-send-live.yaml"
-    source.write_text(USER_SEND, encoding="utf-8")
-    plan = plan_flow(source)
-    (tmp_path / "rec").mkdir()
-    rec = tmp_path / "rec" / f"{plan.script.spec.name}.yaml"
-    home = tmp_path / "home"
-    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True,
-                         record=rec, sinks=RunSinks(on_started=started.set_result))
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    async with make_worker(client, queue, home=home):
-        run = asyncio.create_task(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client))
-        root = await asyncio.wait_for(started, 60)
-        await asyncio.wait_for(root_turn_completed(client, root), 60)
-        [spawn] = [e for e in SessionStore(home).read(root).events
-                   if e["type"] == "tool/result" and e["data"]["callId"] == "start-worker"]
-        child = spawn["data"]["value"]["sessionId"]
-        await user_call(client, root, "subagent.prompt",
-                        {"parentSessionId": root, "childSessionId": child, "message": "EXTRA"})
-        result = await asyncio.wait_for(run, BACKSTOP)
-    assert result.violations == []
-    flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, plan.script.spec.name)))
-    doc = load_transcript(rec).spec
+    plan = plan_flow(USER_SEND)
+    flow, doc, rec = await _record_with_user_call(client, tmp_path, plan, "start-worker", "subagent.prompt",
+                                                  {"message": "EXTRA"})
     assert [(a.send.agent, a.send.text) for a in doc.user if a.send is not None] == [("child-1", "EXTRA")]
     replayed = await arun_flow(rec, home=tmp_path / "replay", timeout=60)
     assert replayed == flow
 
 
-USER_SEND = """\
-version: 1
-name: user-send-live
-task: Start a worker.
-fences:
-  # The worker's first step waits for the user's message (sent over the client by the test).
-  - hold: {agent: worker, turn: 1, step: 1, until: {inboxAccepted: {agent: worker, kind: user, count: 2}}}
-  - hold: {agent: worker, turn: 2, step: 1, until: {turnEnded: {agent: root, turn: 1}}}
-agents:
-  root:
-    replies:
-      - toolCalls:
-          - {id: start-worker, name: subagent, arguments: {label: worker, prompt: Say FIRST_OK.}}
-      - text: STARTED
-      - text: WORKER_DONE
-  worker:
-    spawnedBy: start-worker
-    replies:
-      - text: FIRST_OK
-      - text: EXTRA_OK
-"""
+USER_SEND = Path(__file__).parents[1] / "replay" / "user-send-live.yaml"  # the test is the user
