@@ -180,6 +180,20 @@ async def test_a_child_cancelled_by_hand_mid_turn_ends_that_turn_in_its_log_and_
     await assert_nothing_running(client, root)
 
 
+def terminated_c_drained(home: Path, result: RunResult) -> tuple[str, str, str]:
+    """What a terminated c leaves, however its parent heard of it: g released (`aborted
+    {parent}`) with its notice in c's log, and c's error end (`ENGINE_RUN_FAILED`) after its first
+    turn. Returns the ids of the root, c and g."""
+    root = result.root_session_id
+    [c] = [i for i in ids(home) if label(home, i) == "c"]
+    [g] = [i for i in ids(home) if label(home, i) == "g"]
+    assert turn_ends(home, g) == [{"kind": "aborted", "reason": {"kind": "parent"}}]
+    assert [e["kind"] for e in turn_ends(home, c)] == ["completed", "error"]
+    assert turn_ends(home, c)[-1]["error"]["code"] == "ENGINE_RUN_FAILED"
+    assert notices_in(home, c) == [("g", "aborted", "next-step")]
+    return root, c, g
+
+
 async def test_a_child_terminated_by_hand_is_settled_by_its_parent_and_its_child_drained_into_its_log(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,13 +204,7 @@ async def test_a_child_terminated_by_hand_is_settled_by_its_parent_and_its_child
     running, and its notice was lost."""
     result, home = await run_and_end_c(client, tmp_path, monkeypatch, "terminate")
     assert (result.stop_reason, result.output) == ("completed", "DONE")
-    root = result.root_session_id
-    [c] = [i for i in ids(home) if label(home, i) == "c"]
-    [g] = [i for i in ids(home) if label(home, i) == "g"]
-    assert turn_ends(home, g) == [{"kind": "aborted", "reason": {"kind": "parent"}}]
-    assert [e["kind"] for e in turn_ends(home, c)] == ["completed", "error"]
-    assert turn_ends(home, c)[-1]["error"]["code"] == "ENGINE_RUN_FAILED"
-    assert notices_in(home, c) == [("g", "aborted", "next-step")]
+    root, c, g = terminated_c_drained(home, result)
     events = SessionStore(home).read(c).events
     assert events[-1]["type"] == "agent/inbox/spliced"  # after c's error end, unread
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
@@ -215,13 +223,7 @@ async def test_a_child_terminated_by_hand_after_its_parent_continued_as_new_is_h
     notice forever (the backstop)."""
     result, home = await run_and_end_c(client, tmp_path, monkeypatch, "terminate", continued=True)
     assert (result.stop_reason, result.output) == ("completed", "DONE")
-    root = result.root_session_id
-    [c] = [i for i in ids(home) if label(home, i) == "c"]
-    [g] = [i for i in ids(home) if label(home, i) == "g"]
-    assert turn_ends(home, g) == [{"kind": "aborted", "reason": {"kind": "parent"}}]
-    assert [e["kind"] for e in turn_ends(home, c)] == ["completed", "error"]
-    assert turn_ends(home, c)[-1]["error"]["code"] == "ENGINE_RUN_FAILED"
-    assert notices_in(home, c) == [("g", "aborted", "next-step")]
+    root, c, g = terminated_c_drained(home, result)
     # c's `error` notice entered the root once, and woke its second (last) turn.
     assert [(n[0], n[1]) for n in notices_in(home, root)] == [("c", "error")]
     assert [e["kind"] for e in turn_ends(home, root)] == ["completed", "completed"]
