@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-__all__ = ["fail", "resolve_home", "resolve_writable_home", "say", "warn"]
+if TYPE_CHECKING:
+    from dsh.loader.config import TemporalConfig
+
+__all__ = ["fail", "resolve_home", "resolve_writable_home", "say", "temporal_settings", "warn"]
 
 
 def resolve_home(home: Path | None) -> Path:
@@ -37,6 +40,25 @@ def resolve_writable_home(home: Path | None) -> Path:
         return check_home_writable(resolve_home(home))
     except HomeUnusable as exc:
         fail(exc.message, 2)
+
+
+def temporal_settings(given: TemporalConfig | None = None) -> TemporalConfig:
+    """The `temporal` section (`given`, else composed) for a command that talks to the server, the
+    engine importable; else one line and exit 2: the configuration's problem, or the missing
+    `dsh[temporal]` extra (`T-ENGINE-NOT-INSTALLED`). After it the caller imports `loader.engines`."""
+    from dsh.loader.config import compose
+    from dsh.loader.errors import DshError
+
+    try:
+        temporal = given or compose().config.temporal
+        import dsh.loader.engines.client  # noqa: F401  (temporalio, the extra's dependency)
+    except DshError as exc:
+        fail(exc.message, 2)
+    except ImportError:
+        from dsh.loader.texts import render
+
+        fail(render("T-ENGINE-NOT-INSTALLED"), 2)
+    return temporal
 
 
 def say(text: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from dsh.cli.common import fail, resolve_home, say
+from dsh.cli.common import fail, resolve_home, say, temporal_settings
 
 
 def _call(address: str, home: Path | None, method: str, params: dict[str, Any],
@@ -103,20 +103,12 @@ def _temporal_call(root_id: str | None, method: str, request: dict[str, Any], ho
     presented parent against it first: `locate`'s refusals exit 2, as the saved headers' do."""
     import asyncio
 
-    from dsh.loader.config import compose
     from dsh.loader.errors import DshError
     from dsh.loader.host.client import RouteError
 
-    try:
-        temporal = compose().config.temporal
-        from dsh.loader.engines.client import connect
-        from dsh.loader.engines.control import user_call
-    except DshError as exc:
-        fail(exc.message, 2)
-    except ImportError:
-        from dsh.loader.texts import render
-
-        fail(render("T-ENGINE-NOT-INSTALLED"), 2)
+    temporal = temporal_settings()
+    from dsh.loader.engines.client import connect
+    from dsh.loader.engines.control import user_call
 
     async def main() -> dict[str, Any] | None:
         from dsh.loader.engines.control import locate

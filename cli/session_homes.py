@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from dsh.cli.common import fail
+from dsh.cli.common import fail, temporal_settings
 
 __all__ = ["viewed_home"]
 
@@ -73,19 +73,11 @@ def _gathered(home: Path, session_id: str, temporal: Any) -> dict[str, bytes] | 
     (`--engine temporal`: a configuration that does not compose is then an error, exit 2)."""
     import asyncio
 
-    from dsh.loader.config import compose
     from dsh.loader.errors import DshError
 
-    try:
-        temporal = temporal or compose().config.temporal
-        from dsh.loader.engines.client import connect
-        from dsh.loader.engines.tree_logs import gather, root_of, whole_here
-    except DshError as exc:
-        fail(exc.message, 2)
-    except ImportError:
-        from dsh.loader.texts import render
-
-        fail(render("T-ENGINE-NOT-INSTALLED"), 2)
+    temporal = temporal_settings(temporal)
+    from dsh.loader.engines.client import connect
+    from dsh.loader.engines.tree_logs import gather, root_of, whole_here
 
     async def main() -> dict[str, bytes] | None:
         client = await connect(temporal.address, temporal.namespace)
