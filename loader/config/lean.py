@@ -155,7 +155,7 @@ def _parsed(values: Any, path: tuple[Any, ...]) -> Any:
     parsed = _from_string(kind[1] if kind[0] == "opt" else kind, node)
     if parsed is _UNSURE:
         return None
-    return _replaced(values, path, parsed)
+    return values if parsed is node else _replaced(values, path, parsed)  # a string field keeps it
 
 
 _UNSURE: Any = object()
