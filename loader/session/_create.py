@@ -11,8 +11,8 @@ materialized" (`SESSION_UNMATERIALIZED`, see `repair.read`), which `prune` remov
 of them or copy the directory to see what a kill there would leave.
 
 Per session (issue 13) the system calls are: `mkdir` (ancestors only when it fails with ENOENT),
-`lstat` of home, `sessions/` and the session directory, `lstat` of the final name only when the
-directory already existed, `open(O_CREAT|O_EXCL|O_NOFOLLOW)`, `flock`, `write`, `link`, `unlink`,
+`lstat` of home and `sessions/` in a store's first creation only, `lstat` of the session directory
+and of the final name only when the directory already existed, `open(O_CREAT|O_EXCL|O_NOFOLLOW)`, `flock`, `write`, `link`, `unlink`,
 and with fsync the two group syncs (`_syncgroup`).
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import itertools
 import logging
 import os
 import secrets
@@ -43,6 +44,10 @@ __all__ = ["create_session_file"]
 logger = logging.getLogger("dsh.loader.session._fileio")  # its log name before the split
 
 _CREATE_ATTEMPTS = 5  # a concurrent `prune` may remove our directory before we publish: start over
+# A temp name unique across processes (random per process) and within one (a serial): no random
+# bytes from the kernel per child (issue 13). `O_EXCL` still refuses a name that exists.
+_PROCESS_TOKEN = secrets.token_hex(8) + "-"
+_serial = itertools.count()
 
 
 class _Vanished(Exception):
@@ -50,7 +55,8 @@ class _Vanished(Exception):
 
 
 async def create_session_file(
-    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, *, inline: bool
+    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, *, inline: bool,
+    parents_checked: bool = False,
 ) -> int:
     """Publish `path` holding exactly the header `line`; return its descriptor, flock held (§5.4).
 
@@ -63,23 +69,28 @@ async def create_session_file(
     The two syncs (the header before any name points at it, the directory entries after the link)
     go through the store's `SyncGroup`, so all creations of one loop iteration share them (issue
     13). The system calls between them run in a worker thread, or inline under replay (`inline`).
+    `parents_checked`: home and `sessions/` passed issue 15's check in an earlier creation of the
+    same store, so only the session's own directory is checked (and not even that when this call
+    made it, 0700: issue 13, two `lstat`s per child).
     """
     for _ in range(_CREATE_ATTEMPTS - 1):
         try:
-            return await _create_once(io, path, line, fsync, session_id, sync, inline)
+            return await _create_once(io, path, line, fsync, session_id, sync, inline, parents_checked)
         except _Vanished:
             logger.info("session %s: directory changed during creation; starting over", session_id)
     try:
-        return await _create_once(io, path, line, fsync, session_id, sync, inline)
+        return await _create_once(io, path, line, fsync, session_id, sync, inline, parents_checked)
     except _Vanished as exc:
         raise OSError(f"session {session_id}: {path.parent} keeps vanishing during creation") from exc
 
 
 async def _create_once(
-    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, inline: bool
+    io: StoreIO, path: Path, line: bytes, fsync: bool, session_id: str, sync: SyncGroup, inline: bool,
+    parents_checked: bool,
 ) -> int:
     directory = path.parent
-    fd, temp = await blocking_call(inline, _prepare, io, path, line, session_id, orphan=lambda r: _discard(r[0], r[1]))
+    fd, temp = await blocking_call(inline, _prepare, io, path, line, session_id, parents_checked,
+                                   orphan=lambda r: _discard(r[0], r[1]))
     published = False
     ours = True  # False once a cancelled thread owns the cleanup (`_blocking`'s orphan)
     try:
@@ -140,23 +151,27 @@ def _make_dir(io: StoreIO, directory: Path) -> bool:
         return False
 
 
-def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str) -> tuple[int, str]:
+def _prepare(io: StoreIO, path: Path, line: bytes, session_id: str, parents_checked: bool) -> tuple[int, str]:
     """Directory, locked temp file holding the header (not yet synced); cleans up after itself."""
     directory = path.parent
-    sessions = directory.parent
     fresh = _make_dir(io, directory)
-    check_dirs(sessions.parent, sessions, directory)  # home, sessions/, the session (issue 15)
-    # A directory this call just made holds no `session.jsonl`: skip the `lstat` (issue 13). A name
-    # made there since by someone else still fails the `link` below with EEXIST: SESSION_EXISTS.
-    if not fresh and os.path.lexists(path):
-        raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
-    temp = f"{directory}/{TEMP_PREFIX}{secrets.token_hex(8)}"  # a str: no `Path` per child (issue 13)
+    if not parents_checked:
+        sessions = directory.parent
+        check_dirs(sessions.parent, sessions)  # home, sessions/ (issue 15)
+    # A directory this call just made is ours, 0700, and holds no `session.jsonl`: skip both
+    # `lstat`s (issue 13). A name made there since by someone else still fails the `link` below
+    # with EEXIST: SESSION_EXISTS. An existing directory is checked (issue 15).
+    if not fresh:
+        check_dirs(directory)
+        if os.path.lexists(path):
+            raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
+    temp = f"{directory}/{TEMP_PREFIX}{_PROCESS_TOKEN}{next(_serial)}"  # a str: no `Path` per child (issue 13)
     io.create_step("open-temp", directory)
     # O_APPEND: the store writes every later batch through this descriptor (`FileIO.attach`).
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(temp, flags, FILE_MODE)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, FileExistsError) as exc:  # gone, or the name taken: start over, next name
         raise _Vanished() from exc
     try:
         try:

@@ -53,6 +53,19 @@ __all__ = ["WriteBehind"]
 logger = logging.getLogger("dsh.loader.session.store")  # the store's log, as before the split
 
 
+class _Tick:
+    """`_Live.timer` of a session waiting for the store's next-iteration tick (`_arm_timer`):
+    one handle per loop iteration for every dirty session, not one per session (issue 13)."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        """Nothing to cancel: whoever sets `timer` to None takes the session off the tick."""
+
+
+_TICK = _Tick()
+
+
 class _Live:
     """Per-session store state; touched only on the loop thread."""
 
@@ -63,7 +76,7 @@ class _Live:
         self.lock_fd = lock_fd
         self.committed = committed  # file size after the last confirmed write
         self.queue: list[bytes] = []  # encoded lines, oldest first; the head batch may be a failed one
-        self.timer: asyncio.Handle | None = None
+        self.timer: asyncio.Handle | _Tick | None = None
         # The write in flight: a task (thread I/O), or under inline I/O a future the group sync's
         # callback completes; its result is the write's failure, or None.
         self.writer: asyncio.Future[BaseException | None] | None = None
@@ -93,7 +106,10 @@ class WriteBehind:
     inline_io: bool
     _sync: SyncGroup
     _live: dict[str, _Live]
-
+    # Sessions armed for the next loop iteration (`timer is _TICK`), in the order they were armed,
+    # and the one `call_soon` handle that writes them (`_on_tick`); set in `SessionStore.__init__`.
+    _dirty: list[_Live]
+    _tick: asyncio.Handle | None
 
     def _enqueue(self, live: _Live, event: Event, line: bytes) -> None:
         """The Session's line sink: synchronous; raising here keeps the event out of the log."""
@@ -108,9 +124,23 @@ class WriteBehind:
         except RuntimeError:
             return  # no loop: the queue waits for the next flush
         if self.batch_delay_ms <= 0 or self.inline_io:  # replay: no clock decides the order (§26 item 1)
-            live.timer = loop.call_soon(self._on_timer, live)
+            # Next loop iteration, all dirty sessions in one callback, in the order they were armed:
+            # FIFO like a handle each, so the order stays a function of the ready queue alone.
+            live.timer = _TICK
+            self._dirty.append(live)
+            if self._tick is None:
+                self._tick = loop.call_soon(self._on_tick)
         else:
             live.timer = loop.call_later(self.batch_delay_ms / 1000, self._on_timer, live)
+
+    def _on_tick(self) -> None:
+        """The next-iteration timer of every session armed since the last tick. A session armed
+        while this runs (a write's events, a failed batch's retry) waits for the next tick."""
+        self._tick = None
+        dirty, self._dirty = self._dirty, []
+        for live in dirty:
+            if live.timer is _TICK:  # else cancelled (`timer = None`) since it was armed
+                self._on_timer(live)
 
     def _on_timer(self, live: _Live) -> None:
         live.timer = None

@@ -90,6 +90,11 @@ class SessionStore(WriteBehind):
         # SPEC §26 item 1: replay runs do their blocking I/O on the loop thread (module docstring).
         self.inline_io = inline_io
         self._live: dict[str, _Live] = {}
+        self._dirty: list[_Live] = []
+        self._tick: asyncio.Handle | None = None
+        # Home and `sessions/` passed issue 15's check in a creation of this store: a private
+        # directory's entries change only by its owner, so later creations check only their own.
+        self._parents_checked = False
         # Issue 13: one sync per loop iteration for every batch and creation that asked for one.
         self._sync = SyncGroup(self.io.sync, inline=inline_io)
 
@@ -143,12 +148,14 @@ class SessionStore(WriteBehind):
             raise SessionError("INVALID_HEADER", problem)
         if session_id in self._live:
             raise SessionError("SESSION_EXISTS", render("R-SESSION-EXISTS", id=session_id))
-        header = json.loads(json.dumps(header, allow_nan=False))
         line = encode_line(header)
+        header = json.loads(line)  # the log's copy is what a reload gives (one encoding, issue 13)
         path = self.path(session_id)
         fd = await create_session_file(
-            self.io, path, line, self.fsync, session_id, self._sync, inline=self.inline_io
+            self.io, path, line, self.fsync, session_id, self._sync, inline=self.inline_io,
+            parents_checked=self._parents_checked,
         )
+        self._parents_checked = True
         return self._publish(header, [], path, fd, len(line))
 
     def _publish(
@@ -177,9 +184,16 @@ class SessionStore(WriteBehind):
             done.set_result(None)
             return done
         if live.closing is None:
-            live.closing = asyncio.get_running_loop().create_task(
-                self._close(live), name=f"session-close:{session.id}"
-            )
+            loop = asyncio.get_running_loop()
+            if self.inline_io and not live.queue and live.writer is None and live.barrier is None:
+                # Nothing to write, and inline I/O: the final flush would not suspend, so close
+                # now, without a task (issue 13: one per child at a fan-out's end).
+                session.closed = True
+                self._release(live)
+                done = loop.create_future()
+                done.set_result(None)
+                return done
+            live.closing = loop.create_task(self._close(live), name=f"session-close:{session.id}")
             live.closing.add_done_callback(_retrieve)
         return live.closing
 
@@ -193,6 +207,11 @@ class SessionStore(WriteBehind):
                 "session %s: final flush failed, %d events not written: %s",
                 session.id, len(live.queue), exc,
             )
+        self._release(live)
+
+    def _release(self, live: _Live) -> None:
+        """Unlock and forget a closed session whose queue is written (or given up on)."""
+        session = live.session
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None

@@ -152,3 +152,43 @@ def test_create_refuses_an_untrusted_sessions_directory(tmp_path: Path) -> None:
         asyncio.run(go())
     assert info.value.code == "SESSION_UNSAFE"
     assert not (tmp_path / "sessions" / "s-new" / "session.jsonl").exists()
+
+
+@pytest.mark.parametrize("how", ["other-owner", "world-writable"])
+def test_a_later_create_still_refuses_an_untrusted_existing_session_directory(tmp_path: Path, how: str) -> None:
+    """Home and sessions/ are checked in a store's first creation only (issue 13); a session
+    directory that already exists (a leftover of a killed creation) is checked on every create."""
+    leftover = tmp_path / "sessions" / "s-left"
+
+    async def go() -> None:
+        store = SessionStore(tmp_path, fsync=False, batch_delay_ms=0)
+        first = await store.create(header("s-first"))  # checks home and sessions/
+        leftover.mkdir(mode=0o700)
+        if how == "other-owner":
+            os.chown(leftover, 4242, -1)
+        else:
+            leftover.chmod(0o777)
+        try:
+            with pytest.raises(SessionError) as info:
+                await store.create(header("s-left"))
+            assert info.value.code == "SESSION_UNSAFE"
+            assert str(leftover) in info.value.message
+        finally:
+            await store.close(first)
+
+    asyncio.run(go())
+    assert list(leftover.iterdir()) == []  # nothing written into it
+
+
+def test_a_created_session_directory_is_private(tmp_path: Path) -> None:
+    """The directory a create makes is not checked again (issue 13): it is made 0700, ours."""
+
+    async def go() -> None:
+        store = SessionStore(tmp_path, fsync=False, batch_delay_ms=0)
+        for sid in ("s-a", "s-b"):
+            await store.close(await store.create(header(sid)))
+
+    asyncio.run(go())
+    for sid in ("s-a", "s-b"):
+        st = os.lstat(tmp_path / "sessions" / sid)
+        assert st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
