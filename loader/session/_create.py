@@ -89,8 +89,11 @@ async def _create_once(
     parents_checked: bool,
 ) -> int:
     directory = path.parent
-    fd, temp = await blocking_call(inline, _prepare, io, path, line, session_id, parents_checked,
-                                   orphan=lambda r: _discard(r[0], r[1]))
+    if inline:  # replay runs: the calls themselves, no coroutine or undo closures (issue 13)
+        fd, temp = _prepare(io, path, line, session_id, parents_checked)
+    else:
+        fd, temp = await blocking_call(False, _prepare, io, path, line, session_id, parents_checked,
+                                       orphan=lambda r: _discard(r[0], r[1]))
     published = False
     ours = True  # False once a cancelled thread owns the cleanup (`_blocking`'s orphan)
     try:
@@ -98,8 +101,11 @@ async def _create_once(
             io.create_step("fsync-temp", directory)
             await sync.sync(fds=[fd])  # the header is durable before any name points at it
         try:
-            await blocking_call(inline, _link, io, path, temp, session_id, orphan=lambda _: _discard(fd, temp, path),
-                            orphan_failed=lambda: _discard(fd, temp))
+            if inline:
+                _link(io, path, temp, session_id)
+            else:
+                await blocking_call(False, _link, io, path, temp, session_id,
+                                    orphan=lambda _: _discard(fd, temp, path), orphan_failed=lambda: _discard(fd, temp))
         except asyncio.CancelledError:
             ours = False
             raise
