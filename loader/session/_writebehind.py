@@ -88,6 +88,10 @@ class _Live:
         self.unsynced = 0
         self.written = committed
         self.group: asyncio.Future[None] | None = None
+        # Lines ever queued, and ever committed: a barrier waits for the lines queued before it
+        # (`_flush_inline`), not for what others append while it waits.
+        self.enqueued = 0
+        self.done = 0
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -114,6 +118,7 @@ class WriteBehind:
     def _enqueue(self, live: _Live, event: Event, line: bytes) -> None:
         """The Session's line sink: synchronous; raising here keeps the event out of the log."""
         live.queue.append(line)
+        live.enqueued += 1
         # An idle queue starts the timer; a failed batch at the head is retried by the same timer.
         if live.timer is None and live.writer is None and live.barrier is None:
             self._arm_timer(live)
@@ -181,6 +186,7 @@ class WriteBehind:
             live.error = None
             live.committed = size
             del live.queue[:count]
+            live.done += count
             if rearm and live.queue and live.barrier is None and live.timer is None:
                 self._arm_timer(live)  # events that arrived during the write
             return None
@@ -235,6 +241,7 @@ class WriteBehind:
         live.error = None
         live.committed = size
         del live.queue[:count]
+        live.done += count
         if rearm and live.queue and live.barrier is None and live.timer is None:
             self._arm_timer(live)  # events that arrived during the write
 
@@ -269,6 +276,7 @@ class WriteBehind:
         live.error = None
         live.committed = size
         del live.queue[:count]
+        live.done += count
         if live.queue and live.barrier is None and live.timer is None:
             self._arm_timer(live)  # events that arrived during the write
         return None
@@ -314,7 +322,8 @@ class WriteBehind:
         loop iteration, when it writes what was queued after this barrier, or nothing. The write
         cannot overlap the barrier's: here the writes are inline, and a timer that fires while a
         group sync is awaited finds the writer in flight and leaves the queue to the barrier."""
-        while True:
+        target = live.enqueued  # the barrier is for what was appended before it (§5.5)
+        while live.done < target:
             if live.writer is not None:
                 if self._extendable(live):
                     error = self._write_inline(live, rearm=False)  # behind the batch, in its group
@@ -323,7 +332,7 @@ class WriteBehind:
                         raise CheckpointError(message) from error
                 await asyncio.shield(live.writer)
                 continue
-            if not live.queue:
+            if not live.queue:  # (cannot happen: a line leaves the queue only as it is counted done)
                 return
             error = self._write_inline(live, rearm=False)
             if error is None and live.writer is not None:

@@ -205,3 +205,32 @@ async def test_a_failed_shared_sync_cuts_both_batches_back_and_the_barrier_write
     assert [kind for kind, _ in io.events] == ["write", "write", "sync", "write", "sync"]
     assert [e["seq"] for e in read(store.path(session.id)).events] == [0, 1]
     await store.close(session)
+
+
+async def test_an_inline_barrier_waits_for_what_was_appended_before_it_not_after(tmp_path: Path) -> None:
+    """A checkpoint covers the lines queued before it (§5.5; issue 13 revises §5.4 item 3's "drains
+    the queue"): a line another agent appends while the barrier waits for its group sync is left to
+    the write-behind timer, so the barrier does not wait for a second sync; nothing is lost."""
+    order: list[str] = []
+    later: list[object] = []
+
+    class Gate(FileIO):
+        def sync(self, fds: list[int], dirs: list[Path]) -> None:
+            order.append("sync")
+            super().sync(fds, dirs)
+            if later:  # inline: the group sync runs on the loop thread, between two tasks' steps
+                session.append("turn/end", later.pop())
+
+    store = SessionStore(tmp_path / "home", batch_delay_ms=0, fsync=True, io=Gate(), inline_io=True)
+    session = await store.create(make_header("session-a", created_at=1))
+    order.clear()
+    session.append("turn/start", {"turn": 1})
+    later.append({"turn": 1, "reason": {"kind": "completed"}})
+
+    await store.flush(session)
+    order.append("flushed")
+
+    assert order == ["sync", "flushed"]
+    await store.close(session)  # the leftover is written and synced, once
+    assert order == ["sync", "flushed", "sync"]
+    assert [e["type"] for e in read(store.path(session.id)).events] == ["turn/start", "turn/end"]
