@@ -20,6 +20,13 @@ Invariants:
   did not know (`TreeInput.known_homes`), so a tree on one home sends no signal for it.
 - `heard[child]` is the homes a child's last run knew (its result); its next epoch starts knowing
   them, so a parent in a later epoch finds the logs of its earlier epochs' children;
+- `claimed`: the create activity ran for this session, in this run or an earlier one (its answer
+  may be None: workers without a home). A claimed session runs it never again: a continued run is
+  told (`TreeInput.claimed`), and so is a child's later epoch (`homeless`: the children whose
+  result or resume check said their log has no home queue). Before `CLAIM_KEPT_PATCH`, an answer
+  of None left the session unclaimed, and every later run and epoch ran the activity again (one
+  wasted activity each; with workers with and without homes, a later run could be pinned to a
+  home without its log);
 - disabled (`HOMES_PATCH` absent: a history recorded before it), every queue is None: the
   workflow's own task queue, as before.
 """
@@ -34,13 +41,16 @@ from temporalio.common import RetryPolicy
 
 from dsh.loader.engines.wire import Carried, Homed, TreeInput
 
-__all__ = ["CHILD_HOMES_PATCH", "CREATE_ACTIVITY", "HOMES_PATCH", "Homes", "pin"]
+__all__ = ["CHILD_HOMES_PATCH", "CLAIM_KEPT_PATCH", "CREATE_ACTIVITY", "HOMES_PATCH", "Homes", "pin"]
 
 # The patch that pins each session's activities to the home queue of its log (README "Homes").
 HOMES_PATCH = "home-queues"
 # A child's later epoch is told the homes its last run knew (`TreeResult.known_homes`), so it finds
 # the logs of the children of its earlier epochs; before it, such a child was NOT_RESUMABLE.
 CHILD_HOMES_PATCH = "later-epoch-knows-child-homes"
+# A create activity that answered no home queue still claims the session (`Homes.claimed`), so its
+# later runs and epochs run none (engines README "Not yet" item 5, fixed).
+CLAIM_KEPT_PATCH = "homeless-claim-kept"
 CREATE_ACTIVITY = "dsh.create_session"
 CREATE_TIMEOUT = timedelta(seconds=30)
 CREATE_RETRY = RetryPolicy(maximum_attempts=5)
@@ -49,9 +59,12 @@ CREATE_RETRY = RetryPolicy(maximum_attempts=5)
 class Homes:
     """This session's home queue, its children's, and (the root) the tree's."""
 
-    def __init__(self, input: TreeInput, carried: Carried, *, enabled: bool) -> None:
+    def __init__(self, input: TreeInput, carried: Carried, *, enabled: bool, keep_claim: bool) -> None:
         self.enabled = enabled
+        self.keep_claim = enabled and keep_claim  # CLAIM_KEPT_PATCH
         self.mine: str | None = input.home_queue
+        self.claimed = input.home_queue is not None or input.claimed
+        self.homeless: set[str] = set(carried.homeless)
         self.children: dict[str, str] = dict(carried.homes)
         self.tree: list[str] = list(carried.tree_homes)
         self.known: list[str] = list(input.known_homes)
@@ -61,10 +74,11 @@ class Homes:
 
     def pending(self) -> bool:
         """The create activity has yet to run (and find the log a home)."""
-        return self.enabled and self.mine is None
+        return self.enabled and not self.claimed
 
     def pin(self, queue: str | None) -> bool:
         """The create activity's answer; True when the root should hear of this home."""
+        self.claimed = self.keep_claim or queue is not None
         if queue is None:
             return False
         self.mine = queue
@@ -78,11 +92,15 @@ class Homes:
         if queue not in self.tree:
             self.tree.append(queue)
 
-    def learn(self, child_id: str, queue: str | None) -> None:
-        """A child's log is on `queue` (its result or its `homed` signal said so)."""
+    def learn(self, child_id: str, queue: str | None, *, claimed: bool = False) -> None:
+        """A child's log is on `queue` (its result or its `homed` signal said so); `claimed` with
+        no queue: its log has no home queue (workers without a home), its next epoch creates none."""
         if queue is not None and self.enabled:
             self.children[child_id] = queue
+            self.homeless.discard(child_id)
             self.note(queue)
+        elif claimed and self.keep_claim and child_id not in self.children:
+            self.homeless.add(child_id)
 
     def heard_from(self, child_id: str, known: list[str]) -> None:
         """The homes a child's run knew (its result): its next epoch is told them (`known_for`)."""
@@ -113,12 +131,18 @@ class Homes:
         known = self.of(child_id)
         if known is not None:
             return [known]
+        if child_id in self.homeless:
+            return [None]
         return list(self.known) if self.enabled and self.known else [None]
 
     def carry(self) -> dict[str, Any]:
         """The `Carried` fields of the table."""
         return {"homes": dict(self.children), "tree_homes": list(self.tree),
-                "heard_homes": {k: list(v) for k, v in self.heard.items()}}
+                "heard_homes": {k: list(v) for k, v in self.heard.items()}, "homeless": sorted(self.homeless)}
+
+    def claimed_child(self, child_id: str) -> bool:
+        """A child's next epoch is told its create activity ran (its log has no home queue)."""
+        return child_id in self.homeless
 
 
 async def pin(homes: Homes, input: TreeInput) -> None:

@@ -103,7 +103,7 @@ class Residency:
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
                           quiet=max(0, self.queue.quiet - self.queue.handed), **homes.carry())
         return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried,
-                                   home_queue=homes.mine, known_homes=list(homes.known))
+                                   home_queue=homes.mine, known_homes=list(homes.known), claimed=homes.claimed)
 
     def due(self) -> bool:
         """Something for the main loop to do (see `run`)."""

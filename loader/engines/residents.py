@@ -137,6 +137,7 @@ class Residents:
         )
         if self._homes.enabled:  # not in the input of a run recorded before HOMES_PATCH
             child = dataclasses.replace(child, home_queue=self._homes.of(child_id), header=header,
+                                        claimed=self._homes.claimed_child(child_id),
                                         known_homes=self._homes.known_for(child_id, epoch), parent_queue=self._homes.queue())
         # Epoch n of the child is run n under the same id: the default id reuse policy allows a
         # new run once the previous one has closed (a cold resume, SPEC §8.7). ABANDON: the child

@@ -130,6 +130,9 @@ class TreeInput:
     header: dict[str, Any] | None = None
     known_homes: list[str] = field(default_factory=list)  # home queues its parent knew of (pinning.py)
     parent_queue: str | None = None  # the home queue of the parent's log (a notice its closed run never read)
+    # An earlier run of this session ran its create activity, which answered no home queue (workers
+    # without a home): its log is where the shared queue's workers write, so none runs again.
+    claimed: bool = False
 
 
 @dataclass
@@ -161,6 +164,7 @@ class Carried:
     tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
     heard_homes: dict[str, list[str]] = field(default_factory=dict)  # child -> the homes its last run knew
     epochs: dict[str, int] = field(default_factory=dict)  # resident child -> the epoch its run is (WATCH_PATCH)
+    homeless: list[str] = field(default_factory=list)  # children claimed with no home queue (CLAIM_KEPT_PATCH)
 
 
 @dataclass
@@ -397,3 +401,4 @@ class TreeResult:
     # The home queues this run knew (its children's among them): its next epoch, a new run that
     # never heard its children's results, looks for their logs there (README "Homes").
     known_homes: list[str] = field(default_factory=list)
+    claimed: bool = False  # its create activity ran, answering `home_queue` (None: workers without a home)

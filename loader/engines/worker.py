@@ -117,6 +117,7 @@ class TurnActivities:
         settled = await settle_failed(dataclasses.replace(failed, home=home))
         if SessionStore(Path(home)).exists(failed.child_id):  # else settled from the failure alone
             settled.home_queue = self.home_queue
+            settled.claimed = True  # its log is made: a next epoch creates none
         return settled
 
     @activity.defn(name="dsh.enter_leftovers")

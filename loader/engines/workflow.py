@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.patches import (
         CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_DRAIN_PATCH,
     )
-    from dsh.loader.engines.pinning import HOMES_PATCH, Homes, pin
+    from dsh.loader.engines.pinning import CLAIM_KEPT_PATCH, HOMES_PATCH, Homes, pin
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
     from dsh.loader.engines.residents import Residents, to_parent
@@ -59,7 +59,8 @@ class AgentWorkflow(RunEnds):
         for d in input.deliveries:
             self._queue.accept(d)
         anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
-        self._homes = Homes(input, carried, enabled=workflow.patched(HOMES_PATCH))  # where the logs live
+        self._homes = Homes(input, carried, enabled=workflow.patched(HOMES_PATCH),  # where the logs live
+                            keep_claim=workflow.patched(CLAIM_KEPT_PATCH))
         self._residents = Residents(input, carried, abandon=anywhere, homes=self._homes)
         self._ledger = ChargeLedger(RunLimits(run.max_children, run.max_requests, run.max_tokens_total), carried)
         self._board = FenceBoard(carried.facts, carried.fact_last)  # the root, transcripts with fences
@@ -127,6 +128,7 @@ class AgentWorkflow(RunEnds):
         await workflow.wait_condition(workflow.all_handlers_finished)
         result = self._s.result(last)
         result.home_queue = self._homes.mine
+        result.claimed = self._homes.claimed
         result.known_homes = list(self._homes.known) if self._homes.enabled else []
         if input.parent_id is not None and self._s.anywhere:
             await self._tell_parent(result)
@@ -261,7 +263,7 @@ class AgentWorkflow(RunEnds):
                 found = await resume_check(check, queue)
                 if found.text != "T-ERR-NOT-FOUND":
                     break
-            self._homes.learn(child_id, found.home_queue)
+            self._homes.learn(child_id, found.home_queue, claimed=found.code is None)  # found: its log is made
             if found.code is not None:
                 return Answer(code=found.code, text=found.text)
             if child_id in self._residents:
@@ -376,7 +378,7 @@ class AgentWorkflow(RunEnds):
         """A child's result entered once: it comes as signal `settled` and, to the run that started
         the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
         key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
-        self._homes.learn(child_id, result.home_queue)  # its next epoch and resume check go there
+        self._homes.learn(child_id, result.home_queue, claimed=result.claimed)  # its next epoch and resume check go there
         self._homes.heard_from(child_id, result.known_homes)  # and its next epoch's resume checks
         if not self._residents.enter(key, child_id):
             return

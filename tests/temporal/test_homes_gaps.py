@@ -7,6 +7,8 @@
   run heard of (its own parent never did): the later run is told the homes its last run knew
   (`TreeResult.known_homes`), so the resume check finds the log and the child's next epoch runs
   on its home.
+- Workers without a home: a session's create activity answers no home queue, and the session stays
+  claimed: its later runs (continued as new) and epochs (cold-resumed) run none (CLAIM_KEPT_PATCH).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from typing import Any
 
 import pytest
 from killable_worker import KillableWorker
-from temporal_kit import backstopped, client, comparable, records_of, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, client, comparable, records_of, run_temporal, settlement_facts, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from test_homes import BACKSTOP, queues_of, run_ids, run_tree_temporal, sessions_in, tree_sessions
+from test_temporal_engine import COLD_RESUME, continued_as_new
 
 from dsh.loader.engines import worker as worker_module
 from dsh.loader.engines.control import user_call
@@ -33,7 +36,7 @@ from dsh.loader.engines.worker import TurnActivities, make_worker
 from dsh.loader.headless import RunRequest
 from dsh.loader.ndjson import RecordStream
 from dsh.loader.sinks import RunSinks
-from dsh.loader.testing.runner import plan_flow
+from dsh.loader.testing.runner import arun_flow, plan_flow
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -190,3 +193,26 @@ async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a
     assert await queues_of(client, leaf, second) == [("dsh.turn", on_b)]
     # par's epoch 2 found leaf's log on b, having been told b by mid (from par's epoch 1 result).
     assert ("dsh.resume_check", on_b) in await queues_of(client, par)
+
+
+async def test_workers_without_a_home_run_each_sessions_create_activity_once_over_its_runs_and_epochs(
+    client: Client, tmp_path: Path
+) -> None:
+    script = tmp_path / "cold-resume.yaml"
+    script.write_text(COLD_RESUME)
+    plan = continued_as_new(plan_flow(script))  # every run of the child continues as new after a turn
+    local = await arun_flow(plan, home=tmp_path / "local")
+    run = await asyncio.wait_for(run_temporal(client, plan, tmp_path / "temporal"), BACKSTOP)
+    assert settlement_facts(run.flow) == settlement_facts(local)
+    root_id = run.result.root_session_id
+    [child] = [s["sessionId"] for s in run.result.subagents]
+    workflow_id = agent_workflow_id(root_id, child)
+    epochs = await run_ids(client, root_id, workflow_id)
+    assert len(epochs) == 3
+    scheduled = [await queues_of(client, workflow_id, run_id) for run_id in epochs]
+    # Epoch 1 claims (no home queue answered); its continued runs and epochs 2 and 3 claim no more.
+    creates = [[kind for kind, _ in runs].count("dsh.create_session") for runs in scheduled]
+    assert creates == [1, 0, 0], scheduled
+    assert [kind for kind, _ in scheduled[0]][0] == "dsh.create_session"
+    root = [kind for kind, _ in await queues_of(client, root_id)]
+    assert root.count("dsh.create_session") == 1, root
