@@ -15,7 +15,9 @@ session and then makes all of them durable.
   driver's, not the store's, but both are printed.
 - floor: a bare loop with pre-encoded lines: `mkdir`, `open` and header write per session, then per
   round one `write` per session and, with fsync, one `syncfs` (the cheapest durable group commit the
-  kernel offers; per-file fsync would only make the floor slower), then `close`.
+  kernel offers; per-file fsync would only make the floor slower), then `close`. The ratio is to
+  this floor. Beside it: the same loop serializing each event (`encode_line`) inside the timing,
+  as any writer of events given as data must.
 
     python benchmarks/persistence.py [--sessions 1000] [--repeat 5]
 """
@@ -74,12 +76,21 @@ async def store_run(home: Path, n: int, fsync: bool, gather: bool = False) -> tu
     return time.perf_counter() - start, store._sync.groups
 
 
-def floor_run(home: Path, n: int, fsync: bool) -> float:
+def floor_run(home: Path, n: int, fsync: bool, encode: bool = False) -> float:
+    """The bare loop; `encode`: it also serializes each event as it goes (the store must: its
+    events arrive as data), the figure printed beside the main floor, which writes pre-encoded lines."""
     headers = [encode_line(make_header(f"s-{i}", created_at=1)) for i in range(n)]
-    lines = [[encode_line({"type": t, "seq": seq, "time": 1, "data": d}) for seq, (t, d) in enumerate(events_of(i))]
-             for i in range(n)]
+    logs = [events_of(i) for i in range(n)]
+    start = 0.0
+    if not encode:
+        lines = [[encode_line({"type": t, "seq": seq, "time": 1, "data": d}) for seq, (t, d) in enumerate(log)]
+                 for log in logs]
+        start = time.perf_counter()
+    else:
+        start = time.perf_counter()
+        lines = [[encode_line({"type": t, "seq": seq, "time": 1, "data": d}) for seq, (t, d) in enumerate(log)]
+                 for log in logs]
     sessions = home / "sessions"
-    start = time.perf_counter()
     sessions.mkdir(parents=True)
     fds = []
     for i in range(n):
@@ -111,10 +122,11 @@ def main() -> None:
     print(f"persistence vs write floor, {args.sessions} sessions x 8 events, 8 barriers, runs={args.repeat}, "
           f"driver: {driver}, loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for fsync in (False, True):
-        stores, floors, syncs = [], [], set()
+        stores, floors, encoding, syncs = [], [], [], set()
         for r in range(args.repeat):  # interleaved
             with tempfile.TemporaryDirectory(prefix="dsh-persist-", dir=os.environ.get("BENCH_DIR")) as tmp:
                 floors.append(floor_run(Path(tmp) / "floor", args.sessions, fsync))
+                encoding.append(floor_run(Path(tmp) / "floor-encoding", args.sessions, fsync, encode=True))
                 took, groups = asyncio.run(store_run(Path(tmp) / "store", args.sessions, fsync, args.gather))
                 stores.append(took)
                 syncs.add(groups)
@@ -122,7 +134,8 @@ def main() -> None:
         s, f = statistics.median(stores), statistics.median(floors)
         counted = f"store syncs {'/'.join(map(str, sorted(syncs)))}, floor {9 if fsync else 0}"
         print(f"fsync={str(fsync).lower():5}  store median {s:6.3f}s  floor median {f:6.3f}s  ratio {s / f:5.2f}x  "
-              f"(store min {min(stores):.3f}s, floor min {min(floors):.3f}s; {counted})")
+              f"(store min {min(stores):.3f}s, floor min {min(floors):.3f}s; {counted}); "
+              f"floor encoding as it writes {statistics.median(encoding):.3f}s, ratio {s / statistics.median(encoding):.2f}x")
 
 
 if __name__ == "__main__":

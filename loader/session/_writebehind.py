@@ -299,6 +299,11 @@ class WriteBehind:
         if live is None or live.session is not session:
             return
         if self.inline_io:
+            if not self.fsync:  # a plain write, no coroutine of its own (issue 13: 3 per model call)
+                if live.queue and (error := self._write_inline(live, rearm=False)) is not None:
+                    message = render("R-SESSION-CHECKPOINT", id=live.session.id, error=error)
+                    raise CheckpointError(message) from error
+                return
             if live.queue or live.writer is not None:  # else nothing to do
                 await self._flush_inline(live)
             return
