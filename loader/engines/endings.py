@@ -23,7 +23,7 @@ from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.residency import Residency
 from dsh.loader.engines.residents import Residents
-from dsh.loader.engines.wire import FailedRun, Leftovers, TreeInput, TreeResult, TurnResult, agent_workflow_id
+from dsh.loader.engines.wire import FailedRun, InterruptAt, Leftovers, TreeInput, TreeResult, TurnResult, agent_workflow_id
 
 __all__ = ["RunEnds"]
 
@@ -39,6 +39,20 @@ class RunEnds:
 
     def release(self) -> None:  # the workflow's signal handler
         raise NotImplementedError
+
+    def _cancelled(self) -> None:
+        """A cancel by hand (`temporal workflow cancel`): a child's is its disposal, as its parent's
+        release (CANCEL_PATCH); a root's is a stop, as a local run's first SIGINT (ROOT_CANCEL_PATCH):
+        the running turn is interrupted {kind: user}, every resident child released, no new turn."""
+        if self._input.parent_id is not None:
+            self.release()
+            return
+        if not self._s.releasing:
+            self._s.stopped = True
+            self._release()
+            if self._s.running:
+                self._s.interrupts.setdefault(self._s.ended, []).append(
+                    InterruptAt(len(self._queue), {"kind": "user"}))
 
     async def _tell_parent(self, result: TreeResult) -> None:
         """The notice to the parent's current run (it may have continued as new since it started
@@ -63,12 +77,19 @@ class RunEnds:
         notices, what the failed turn was handed) enters its log, unread, so nothing accepted is lost."""
         self._release()
         await workflow.wait_condition(lambda: not self._residents)
-        who = self._input
-        unread = [d.message for d in self._queue.pending()]
-        await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread),
-                              self._homes.queue())
+        await self._enter_unread(always=True)
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _enter_unread(self, *, always: bool = False) -> None:
+        """What this closing agent never read (its released children's notices among them) enters
+        its log, unread, as a closing local root's inbox takes them (activity `dsh.enter_leftovers`;
+        `always`: also with nothing to enter, as the failed root's drain was recorded)."""
+        who = self._input
+        unread = [d.message for d in self._queue.pending()]
+        if unread or always:
+            await enter_leftovers(Leftovers(home=who.run.home, session_id=who.session_id, messages=unread),
+                                  self._homes.queue())
 
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
     async def _handover(self, runs: int) -> None:
@@ -94,7 +115,7 @@ class RunEnds:
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
-                self.release()
+                self._cancelled()
 
     async def _failed_turn(self, exc: ActivityError) -> TurnResult:
         """A child's turn failed for good (a worker refusing it, five failed attempts) while it has

@@ -5,8 +5,8 @@ A name is what history records; never rename one."""
 
 from __future__ import annotations
 
-__all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_DRAIN_PATCH",
-           "WATCH_PATCH"]
+__all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_CANCEL_PATCH",
+           "ROOT_DRAIN_PATCH", "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -27,6 +27,12 @@ ROOT_DRAIN_PATCH = "failed-root-drains"
 # its running turn shielded so the cancel reaches it through its poll. Before it, the run ended
 # cancelled, its children lived on and its parent heard an `error` from no log.
 CANCEL_PATCH = "cancelled-child-disposes"
+# A root cancelled by hand stops as a local run stops on a first SIGINT: its running turn (shielded,
+# as a child's) hears the interrupt {kind: user} through its poll and ends in its log, every
+# resident child is released (children first, cancel {kind: parent}), their notices and what the
+# root never read enter its log unread, no new turn, and the run completes with stop reason
+# `aborted`. Before it, the run ended cancelled and its children (started ABANDON) lived on.
+ROOT_CANCEL_PATCH = "cancelled-root-stops"
 # Pending deliveries travel in pages (queue.PAGE_BYTES per turn input and poll answer, the rest
 # fetched by the turn before it starts): by value, five ~450 KiB notices passed 2 MB together.
 PAGED_PATCH = "paged-deliveries"

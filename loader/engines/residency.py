@@ -48,6 +48,8 @@ class Residency:
         self.interrupts: dict[int, list[InterruptAt]] = {}
         self.releasing = False
         self.released: list[str] = []
+        self.stopped = False  # a root cancelled by hand (ROOT_CANCEL_PATCH): releasing, then no turn
+        self.last: TurnResult | None = None  # the last turn this run took (a stopped root's result)
         self.updates = 0  # updates this run accepted (a server caps a run's: history.maxTotalUpdates)
         self.calls = 0  # handlers in flight other than the board's long-polls (`_handover`)
         self.handing_over = False  # about to continue as new: the board's long-polls return

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.endings import RunEnds
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.patches import (
-        CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_DRAIN_PATCH,
+        CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_CANCEL_PATCH, ROOT_DRAIN_PATCH,
     )
     from dsh.loader.engines.pinning import CLAIM_KEPT_PATCH, HOMES_PATCH, Homes, pin
     from dsh.loader.engines.queue import DeliveryQueue
@@ -72,9 +72,10 @@ class AgentWorkflow(RunEnds):
             try:
                 return await self._run(input)
             except asyncio.CancelledError:
-                if input.parent_id is None or not workflow.patched(CANCEL_PATCH):
+                if not workflow.patched(CANCEL_PATCH if input.parent_id is not None else ROOT_CANCEL_PATCH):
                     raise
-                self.release()  # a cancel by hand: this child's disposal, children first (README "Failed child runs")
+                # A cancel by hand: a child's disposal, children first; a root's stop (README "Failed child runs")
+                self._cancelled()
                 return await self._run(input)
         except (ActivityError, ApplicationError) as exc:
             if input.parent_id is None and self._residents and workflow.patched(ROOT_DRAIN_PATCH):
@@ -96,7 +97,8 @@ class AgentWorkflow(RunEnds):
         queue = self._queue
         if self._homes.pending():
             await pin(self._homes, input)  # the log's home, found by its create activity
-        self._residents.watch(self._settle)  # children an earlier run started, which no handle here awaits
+        if not self._s.stopped:  # (a stopped root's first entry started its watcher, if any)
+            self._residents.watch(self._settle)  # children an earlier run started, which no handle here awaits
         while True:
             if self._s.continue_due():
                 await self._handover(carried.runs)
@@ -114,7 +116,9 @@ class AgentWorkflow(RunEnds):
             if self._s.releasing:
                 if self._residents:
                     continue
-                if input.parent_id is not None or queue.has_pending():
+                if self._s.stopped:  # a root cancelled by hand: what it never read enters its log, no turn
+                    await self._enter_unread()
+                elif input.parent_id is not None or queue.has_pending():
                     last = await self._turn(release=input.parent_id is not None)
                 break
             if queue.waking():
@@ -126,7 +130,11 @@ class AgentWorkflow(RunEnds):
         self._residents.stop_watching()
         self._s.closing = True  # releases the board's long-polls of turns that have ended
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._s.stopped:  # as a local run stopped by a signal: `aborted`, the last turn's output
+            last = last or self._s.last
         result = self._s.result(last)
+        if self._s.stopped:
+            result.stop_reason = "aborted"
         result.home_queue = self._homes.mine
         result.claimed = self._homes.claimed
         result.known_homes = list(self._homes.known) if self._homes.enabled else []
@@ -145,7 +153,7 @@ class AgentWorkflow(RunEnds):
                 agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
                 children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first),
                 children_elsewhere=self._homes.queue() is not None), self._homes.queue())
-            if self._input.parent_id is not None and workflow.patched(CANCEL_PATCH):
+            if workflow.patched(CANCEL_PATCH if self._input.parent_id is not None else ROOT_CANCEL_PATCH):
                 last = await self._shielded(turn)
             else:
                 last = await turn
@@ -162,6 +170,7 @@ class AgentWorkflow(RunEnds):
         self._s.violations.extend(last.violations)
         self._s.engage(last.fences_engaged)
         self._s.key = last.agent_key or self._s.key
+        self._s.last = last
         return last
 
     @workflow.signal

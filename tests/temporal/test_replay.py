@@ -47,7 +47,9 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             # the watcher: v4-), or it is terminated by hand and settled (test_hand_ended.py)
             "v4-continued-as-new.1.json", "terminated-handleless-child.0.json",
             # workers without a home: each later run created the session again (before: v5-)
-            "v5-continued-as-new.0.json", "v5-continued-as-new.3.json"} <= names
+            "v5-continued-as-new.0.json", "v5-continued-as-new.3.json",
+            # a root cancelled by hand, idle and mid-turn: it stops its tree (test_root_cancel.py)
+            "cancelled-root-idle.0.json", "cancelled-root-mid-turn.0.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
