@@ -11,7 +11,12 @@ wait4: on Temporal the client's only; the worker's and server's CPU is printed p
 /proc), and events per second = the tree's durable events (log lines past each header) / wall.
 Runs alternate engine and N, so a load change hits both alike; the load average is printed.
 
-    python benchmarks/temporal_fanout.py [--children 100,1000] [--repeat 3]
+`--homes K` (issue 12, "the homes' cost") adds a third set-up in the same rounds, `homes`: K
+`dsh worker --home DIR` processes, each with its own home, on a task queue of their own; the
+client's home is a fresh empty one, so it streams over the server (engines README "Homes"), and the
+events are counted in the workers' homes (the difference each run makes).
+
+    python benchmarks/temporal_fanout.py [--children 100,1000] [--repeat 3] [--homes 2]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -72,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--children", default="100,1000", help="comma-separated N values")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--homes", type=int, default=0, help="also K workers with a home each (0: not)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.children.split(",")]
     port = free_port()
@@ -84,6 +91,15 @@ def main() -> None:
     worker_env = {k: v for k, v in env.items() if not k.startswith("DSH_TESTING__")}
     worker = subprocess.Popen([*dsh_command(), "worker"], env=worker_env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
+    engines = ["local", "temporal"] + (["homes"] if args.homes else [])
+    homed_env = {**env, "DSH_TEMPORAL__TASK_QUEUE": f"{queue}-homes"}
+    homed: list[subprocess.Popen[bytes]] = []
+    worker_homes = Path(tempfile.mkdtemp(prefix="dsh-tfanout-homes-"))
+    for i in range(args.homes):
+        homed.append(subprocess.Popen(
+            [*dsh_command(), "worker", "--home", str(worker_homes / f"home-{i}")],
+            env={**worker_env, "DSH_TEMPORAL__TASK_QUEUE": f"{queue}-homes"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL))
     walls: dict[tuple[str, int], list[float]] = {}
     cpus: dict[tuple[str, int], list[float]] = {}
     rates: dict[tuple[str, int], list[float]] = {}
@@ -97,38 +113,51 @@ def main() -> None:
                 files[n].write_text(json.dumps(transcript(n)))
             for r in range(args.repeat):
                 for n in sizes:
-                    for engine in ("local", "temporal"):
+                    for engine in engines:
                         home = Path(tmp) / f"home-{engine}-{n}-{r}"
                         cmd = [*dsh_command(), "run", "--transcript", str(files[n]), "--home", str(home),
-                               "--engine", engine, "--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
-                        side_before = cpu_seconds(worker.pid) + cpu_seconds(server.pid)
-                        wall, _, out = run_once(cmd, env, f"{engine}-{n}")
-                        side = cpu_seconds(worker.pid) + cpu_seconds(server.pid) - side_before
+                               "--engine", "local" if engine == "local" else "temporal",
+                               "--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
+                        serving = [worker] if engine == "temporal" else homed
+                        side_before = sum(map(cpu_seconds, [p.pid for p in serving])) + cpu_seconds(server.pid)
+                        events_before = sum(events_in(worker_homes / f"home-{i}") for i in range(args.homes))
+                        wall, _, out = run_once(cmd, homed_env if engine == "homes" else env, f"{engine}-{n}")
+                        side = sum(map(cpu_seconds, [p.pid for p in serving])) + cpu_seconds(server.pid) - side_before
                         if "ALL_RECEIVED" not in out:
                             raise SystemExit(f"{engine} N={n}: unexpected answer {out!r}")
                         key = (engine, n)
                         walls.setdefault(key, []).append(wall)
                         cpus.setdefault(key, []).append(CPU[f"{engine}-{n}"][-1])
-                        rates.setdefault(key, []).append(events_in(home) / wall)
-                        if engine == "temporal":
-                            sides.append(f"N={n} round {r + 1}: worker+server CPU {side:.2f}s")
+                        if engine == "homes":
+                            made = sum(events_in(worker_homes / f"home-{i}") for i in range(args.homes)) - events_before
+                        else:
+                            made = events_in(home)
+                        rates.setdefault(key, []).append(made / wall)
+                        if engine != "local":
+                            sides.append(f"N={n} round {r + 1} {engine}: worker(s)+server CPU {side:.2f}s")
     finally:
-        worker.terminate()
-        worker.wait(timeout=120)
+        for proc in [worker, *homed]:
+            proc.terminate()
+        for proc in [worker, *homed]:
+            proc.wait(timeout=120)
         server.terminate()
         server.wait(timeout=60)
+        shutil.rmtree(worker_homes, ignore_errors=True)
     load = os.getloadavg()
     print(f"fan-out, whole `dsh run` process per engine, runs={args.repeat}, loadavg before "
           f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f}, nproc {os.cpu_count()}; temporal: one `dsh worker`, dev server in memory")
     for n in sizes:
-        for engine in ("local", "temporal"):
+        for engine in engines:
             key = (engine, n)
             print(f"N={n:5} {engine:8}  wall median {statistics.median(walls[key]):7.2f}s  min {min(walls[key]):7.2f}s  "
                   f"runs {' '.join(f'{w:.2f}' for w in walls[key])}  client cpu {statistics.median(cpus[key]):6.2f}s  "
                   f"events/s median {statistics.median(rates[key]):8.0f}")
         ratio = statistics.median(walls[("temporal", n)]) / statistics.median(walls[("local", n)])
         print(f"N={n:5} temporal / local wall: {ratio:.1f}x")
+        if args.homes:
+            homes_ratio = statistics.median(walls[("homes", n)]) / statistics.median(walls[("temporal", n)])
+            print(f"N={n:5} {args.homes} homes (stream over the server) / one worker without a home: {homes_ratio:.2f}x")
     for line in sides:
         print(line)
 
