@@ -42,7 +42,13 @@ from dsh.loader.transcripts import PlaceholderKind, Transcript, UnresolvedPlaceh
 if TYPE_CHECKING:
     from dsh.loader.transcripts import Reply
 
-__all__ = ["DEFAULT_USAGE", "ReplayProvider", "replies_served"]
+__all__ = ["DEFAULT_USAGE", "HANG_REACHED_EVENT", "ReplayProvider", "replies_served"]
+
+# An ignorable note (§5.1) the Temporal turn activity writes when a `hang` reply without a prefix
+# is reached (loader/engines/hang_note.py): its abort leaves no answer in the log, and each turn
+# there rebuilds the cursors from the log, so without the note the next turn was served the same
+# hang again. The local engine keeps its cursors in memory and writes none.
+HANG_REACHED_EVENT = "engine/hang-reached"
 
 logger = logging.getLogger(__name__)
 
@@ -304,20 +310,24 @@ def replies_served(events: list[dict[str, Any]]) -> int:
 
     A step consumed one reply iff the log holds the model's answer to it: an `assistant/message`
     (complete or interrupted), or, for a step without one, a `turn/end` of kind `error` whose code is
-    not CHECKPOINT_FAILED (a provider error: an `error` reply). A request whose answer the crash
-    swallowed left nothing in the log and is served again; so is a `hang` without a prefix.
+    not CHECKPOINT_FAILED (a provider error: an `error` reply), or a `hang` without a prefix that
+    was reached (`HANG_REACHED_EVENT`) and then aborted (`turn/end` of kind `aborted`). A request
+    whose answer the crash swallowed left nothing in the log and is served again; so is a `hang`
+    cut off by a crash (its turn is closed `interrupted`), prefix or not.
     """
     served = 0
-    answered = stepped = False
+    answered = stepped = hung = False
     for event in events:
         kind, data = event["type"], event["data"]
         if kind == "step/start":
-            answered, stepped = False, True
+            answered, stepped, hung = False, True, False
         elif kind == "assistant/message":
             served += 1
             answered = True
+        elif kind == HANG_REACHED_EVENT:
+            hung = stepped and not answered
         elif kind == "turn/start":
-            answered = stepped = False
+            answered = stepped = hung = False
         elif kind == "turn/end":
             reason = data.get("reason") or {}
             code = (reason.get("error") or {}).get("code")
@@ -325,6 +335,8 @@ def replies_served(events: list[dict[str, Any]]) -> int:
             # asked the model anything.
             if reason.get("kind") == "error" and stepped and not answered and code not in (
                     "CHECKPOINT_FAILED", "ENGINE_RUN_FAILED"):
+                served += 1
+            elif reason.get("kind") == "aborted" and hung and not answered:
                 served += 1
     return served
 

@@ -53,3 +53,18 @@ def test_resume_session_rebinds_order_scripts_in_creation_order_and_continues_ea
         {"code": "REPLAY_UNCONSUMED", "agent": "root", "message": "agent root consumed 1/2 replies"},
         {"code": "REPLAY_UNCONSUMED", "agent": "a", "message": "agent a consumed 1/2 replies"},
     ]  # b's cursor is clamped to its script: 1/1, nothing unconsumed
+
+
+def test_replies_served_counts_a_reached_prefixless_hang_only_once_it_was_aborted() -> None:
+    """`engine/hang-reached` (the Temporal turn activity's note, loader/engines/hang_note.py): a
+    prefix-less hang leaves no answer; reached and then aborted it was served, cut off by a crash
+    (its turn closed `interrupted`) it is served again, and a step with an answer counts once."""
+    hung = [_ev("turn/start", turn=1), _ev("step/start", turn=1, step=1), _ev("engine/hang-reached", turn=1, step=1)]
+    aborted = [*hung, _ev("step/end", turn=1, step=1),
+               _ev("turn/end", turn=1, reason={"kind": "aborted", "reason": {"kind": "user"}})]
+    crashed = [*hung, _ev("step/end", turn=1, step=1), _ev("turn/end", turn=1, reason={"kind": "interrupted"})]
+    answered = [*hung, _ev("assistant/message", turn=1, step=1, message={"content": []}, interrupted=True),
+                _ev("step/end", turn=1, step=1), _ev("turn/end", turn=1, reason={"kind": "aborted"})]
+    unnoted = [_ev("turn/start", turn=1), _ev("step/start", turn=1, step=1), _ev("step/end", turn=1, step=1),
+               _ev("turn/end", turn=1, reason={"kind": "aborted", "reason": {"kind": "user"}})]
+    assert [replies_served(log) for log in (aborted, crashed, answered, unnoted)] == [1, 0, 1, 0]

@@ -105,8 +105,10 @@ def sessions(home: Path) -> tuple[str, str]:
 
 
 def shape(events: list[dict[str, Any]]) -> list[Any]:
-    """Event types, with each turn end's reason (ids and clocks aside)."""
-    return [(e["type"], e["data"]["reason"]) if e["type"] == "turn/end" else e["type"] for e in events]
+    """Event types, with each turn end's reason (ids and clocks aside); not the Temporal engine's
+    own notes (`engine/*`: here c's prefix-less hang reached, hang_note.py)."""
+    return [(e["type"], e["data"]["reason"]) if e["type"] == "turn/end" else e["type"] for e in events
+            if not e["type"].startswith("engine/")]
 
 
 def entered_notices(events: list[dict[str, Any]], child: str) -> list[tuple[str, str, str, bool]]:

@@ -4,9 +4,7 @@
 resident child is released, child-first; each notice enters its parent's log once; the run ends
 with stop reason `aborted` and the last turn's output; no workflow of the tree is left running.
 
-The tree: root starts c, c starts g, g hangs in its first request (after a prefix: a hang aborted
-without one leaves no answer in the log, and the Temporal client, which reads the cursors from the
-logs, would count it unconsumed; engines README "Not yet"), c's first turn ends and c waits
+The tree: root starts c, c starts g, g hangs in its first request (after a prefix), c's first turn ends and c waits
 on g. Idle: the root's first turn ends too (`STARTED`), and the root waits on c. Mid-turn: the
 root's next request hangs as well. Once every hang is reached (and, idle, the root's first turn
 has ended), the local run is stopped and the Temporal root cancelled; both are compared.

@@ -13,15 +13,17 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from temporal_kit import backstopped, both_engines, client, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, both_engines, client, comparable, records_of, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_control import root_turn_completed
 
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
+from dsh.loader.engines.hang_note import HANG_REACHED_EVENT
 from dsh.loader.engines.wire import ChildState
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.engines.workflow import AgentWorkflow
@@ -257,3 +259,42 @@ async def test_list_agents_gives_the_local_engines_rows_running_then_ready(clien
     events = SessionStore(tmp_path / "temporal").read(root).events
     listed = [str(e["data"]["message"]["content"]) for e in events if e["type"] == "tool/result"][1:]
     assert "| running | alpha" in listed[0] and "| ready | alpha | parent " in listed[1]
+
+
+async def test_a_prefixless_hang_aborted_on_temporal_counts_as_served_as_on_the_local_engine(
+    client: Client, tmp_path: Path
+) -> None:
+    """interrupt-parked-resume with the worker's hang without a prefix (loader/engines/hang_note.py):
+    each turn activity rebuilds the replay cursors from the log, where the aborted hang left no
+    answer; the turn notes the hang it reached, so the worker's next turn is served B_OK, not the
+    same hang (the tree hung before), and no reply is counted unconsumed. The stream is the local
+    engine's: the note is not in it."""
+    spec = yaml.safe_load(load_transcript("interrupt-parked-resume").path.read_text())
+    [hang] = [r for r in spec["agents"]["worker"]["replies"] if "hang" in r]
+    hang["hang"] = {}
+    path = tmp_path / "interrupt-parked-resume.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    plan = plan_flow(str(path))
+    local = await arun_flow(plan, home=tmp_path / "local")
+    temporal = await asyncio.wait_for(run_temporal(client, plan, tmp_path / "temporal"), 60)
+    assert temporal.result.violations == [] and temporal.result.exit_code == 0
+    assert settlement_facts(temporal.flow) == settlement_facts(local)
+    assert temporal.flow == local
+    notes = [e["data"] for p in (tmp_path / "temporal" / "sessions").glob("*/session.jsonl")
+             for e in SessionStore(tmp_path / "temporal").read(p.parent.name).events if e["type"] == HANG_REACHED_EVENT]
+    assert notes == [{"turn": 1, "step": 1}]
+    # The stream skips the note; the worker's later events are one `seq` on (as with the engine's
+    # other notes, `engine/interrupt` and `engine/failed-text`): the rest is the local stream.
+    local_records = await records_of(plan, tmp_path / "local-records")
+    remote_records = await records_of(plan, tmp_path / "temporal-records", client)
+    assert HANG_REACHED_EVENT not in {r["event"]["type"] for r in remote_records if r["type"] == "event"}
+    assert unseq(comparable(remote_records)) == unseq(comparable(local_records))
+
+
+def unseq(value: Any) -> Any:
+    """`value` without the events' `seq`."""
+    if isinstance(value, dict):
+        return {k: unseq(v) for k, v in value.items() if k != "seq"}
+    if isinstance(value, list):
+        return [unseq(v) for v in value]
+    return value
