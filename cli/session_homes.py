@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from dsh.cli.common import fail, temporal_settings
 
-__all__ = ["viewed_home"]
+__all__ = ["listed_homes", "viewed_home"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,68 @@ def viewed_home(home: Path, session_id: str, engine: str | None, view: View) -> 
         yield private
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+@contextmanager
+def listed_homes(home: Path, engine: str | None) -> Iterator[list[Path]]:
+    """The homes `dsh sessions list` reads: `home`, and on the Temporal engine a temporary one
+    holding every tree of the task queue that `home` does not hold whole (gathered as `show` and
+    `tree` gather one), so the list is the one a home holding every log would give."""
+    if engine not in (None, "local", "temporal"):
+        fail(f"--engine: expected local or temporal, got {engine!r}", 2)
+    temporal: Any = None
+    if engine is None:
+        from dsh.cli.session_rows import configured_temporal
+
+        temporal = configured_temporal()
+    if engine == "local" or (engine is None and temporal is None):
+        yield [home]
+        return
+    logs = _gathered_trees(home, temporal)
+    if not logs:
+        yield [home]
+        return
+    from dsh.loader.engines.tree_logs import write_home
+
+    private = Path(tempfile.mkdtemp(prefix="dsh-sessions-"))  # 0700, as mkdtemp makes it
+    try:
+        write_home(logs, private)
+        yield [home, private]
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _gathered_trees(home: Path, temporal: Any) -> dict[str, bytes]:
+    """The logs of each tree on the task queue that `home` does not hold whole. A tree no worker
+    pages (`T-ENGINE-NO-PAGES`) is left out with a warning; a server that cannot be reached leaves
+    the home's answer (logged)."""
+    import asyncio
+
+    from dsh.cli.common import warn
+    from dsh.loader.errors import DshError
+
+    temporal = temporal_settings(temporal)
+    from dsh.loader.engines.client import connect
+    from dsh.loader.engines.tree_logs import gather, roots_on, whole_here
+
+    async def main() -> dict[str, bytes]:
+        client = await connect(temporal.address, temporal.namespace)
+        logs: dict[str, bytes] = {}
+        for root in await roots_on(client, temporal.task_queue):
+            if await whole_here(client, temporal.task_queue, home, root):
+                continue
+            try:
+                logs.update(await gather(client, temporal.task_queue, home, root))
+            except TimeoutError as exc:
+                warn(f"dsh: {exc}")
+        return logs
+
+    try:
+        return asyncio.run(main())
+    except Exception as exc:  # the server unreachable, or refusing: the home answers what it holds
+        message = exc.message if isinstance(exc, DshError) else str(exc)
+        logger.info("listing %s only: %s", home, message)
+        return {}
 
 
 def _gathered(home: Path, session_id: str, temporal: Any) -> dict[str, bytes] | None:

@@ -16,7 +16,7 @@ from typing import Any
 from dsh.cli.common import say
 from dsh.cli.session_rows import Liveness, read_headers, session_row, unreadable_row
 
-__all__ = ["list_rows", "print_rows", "print_tree", "tree_rows"]
+__all__ = ["list_rows", "merged_rows", "print_rows", "print_tree", "tree_rows"]
 
 _COLUMNS = (("ID", "id"), ("CREATED", "createdAt"), ("STATE", "state"), ("LAST STOP", "lastStopReason"),
             ("TURNS", "turns"), ("LABEL", "label"), ("TASK", "task"))
@@ -46,6 +46,29 @@ def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, 
     if not (live_only or roots_only):
         rows.extend(unreadable_row(sid, "unmaterialized") for sid in unmaterialized_ids(home / "sessions"))
     return rows
+
+
+def merged_rows(homes: list[Path], *, live_only: bool = False, roots_only: bool = False,
+                limit: int | None = None) -> list[dict[str, Any]]:
+    """`list_rows` over several homes (the client's, then the trees gathered from the workers'
+    homes, `session_homes.listed_homes`): one row per session (a log is whole in one home; the
+    first home's row stands), in creation order, `limit` over them all, the client home's
+    unmaterialized rows last."""
+    if len(homes) == 1:
+        return list_rows(homes[0], live_only=live_only, roots_only=roots_only, limit=limit)
+    rows: dict[str, dict[str, Any]] = {}
+    unmaterialized: list[dict[str, Any]] = []
+    for i, home in enumerate(homes):
+        for row in list_rows(home, live_only=live_only, roots_only=roots_only):
+            if row["state"] == "unmaterialized":
+                if i == 0:
+                    unmaterialized.append(row)
+            else:
+                rows.setdefault(row["id"], row)
+    ordered = sorted(rows.values(), key=lambda r: (r.get("createdAt") or 0, r["id"]))
+    if limit is not None:
+        ordered = ordered[-limit:]
+    return ordered + unmaterialized
 
 
 def tree_rows(home: Path, session_id: str) -> list[dict[str, Any]]:

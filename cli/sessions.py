@@ -63,13 +63,17 @@ def list_sessions(
     live_only: Annotated[bool, typer.Option("--live", help="Only sessions whose run is live.")] = False,
     roots_only: Annotated[bool, typer.Option("--roots", help="Only root sessions (no parent).")] = False,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the N most recently created sessions.")] = None,
+    engine: EngineOption = None,
 ) -> None:
     """One row per session, oldest first, under a header: id, created, state, last stop reason,
     turns, label and task; then one `unmaterialized` row per directory a crash left before its
-    header was published (not with --live or --roots). Row keys: cli/session_rows.py."""
-    from dsh.cli.session_listing import list_rows, print_rows
+    header was published (not with --live or --roots). Row keys: cli/session_rows.py. On the
+    Temporal engine, the trees of the task queue whose logs are on the workers' homes too."""
+    from dsh.cli.session_homes import listed_homes
+    from dsh.cli.session_listing import merged_rows, print_rows
 
-    rows = list_rows(resolve_home(home), live_only=live_only, roots_only=roots_only, limit=limit)
+    with listed_homes(resolve_home(home), engine) as homes:
+        rows = merged_rows(homes, live_only=live_only, roots_only=roots_only, limit=limit)
     print_rows(rows, json_output=json_output)
 
 

@@ -29,11 +29,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from dsh.loader.engines.homes import HOME_ID_FILE, home_queue
 from dsh.loader.engines.projection import TreeProjection
 from dsh.loader.engines.stream import ServerFeed, root_log_visible
-from dsh.loader.ids import check_session_id
+from dsh.loader.ids import check_session_id, is_valid_session_id
 from dsh.loader.sinks import RunSinks
 from dsh.loader.texts import render
 
-__all__ = ["gather", "root_of", "whole_here", "write_home"]
+__all__ = ["gather", "root_of", "roots_on", "whole_here", "write_home"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,18 @@ async def root_of(client: Client, session_id: str) -> str | None:
         if w.id.endswith(f"/{session_id}"):
             return w.id.split("/", 1)[0]
     return None
+
+
+async def roots_on(client: Client, task_queue: str) -> list[str]:
+    """The root sessions of the trees run on `task_queue`, by a visibility listing of dsh's
+    workflows (a root's workflow id is its session id: no `/`), each once (its runs are one tree)."""
+    if not task_queue or any(c in task_queue for c in "'\"\\"):
+        raise ValueError(f"a task queue to list by: {task_queue!r}")  # it goes into the query's quotes
+    found: dict[str, None] = {}
+    async for w in client.list_workflows(f'WorkflowType = "dsh.agent" AND TaskQueue = "{task_queue}"'):
+        if "/" not in w.id and is_valid_session_id(w.id):
+            found[w.id] = None
+    return sorted(found)
 
 
 async def gather(client: Client, task_queue: str, home: Path, root_id: str,

@@ -288,3 +288,27 @@ def test_prune_keeps_a_dir_holding_foreign_files_and_needs_its_kind(dsh, home):
     assert (session_dir / "notes.txt").exists()
     assert (bare.exit_code, bare.stdout) == (2, "")
     assert bare.stderr == "dsh: " + render("T-CLI-PRUNE-NEEDS-KIND") + "\n"
+
+
+def test_merged_rows_over_two_homes_are_the_rows_of_one_home_holding_both(dsh, home, tree_home, tmp_path):
+    """`sessions list` on the Temporal engine reads the client's home and the trees gathered from
+    the workers' homes (cli/session_homes.listed_homes): one row per session (one in both homes
+    counts once), in creation order, `--limit` over both, the client home's unmaterialized last."""
+    import shutil
+
+    from dsh.cli.session_listing import list_rows, merged_rows
+
+    root, child = tree_home
+    other = tmp_path / "other"
+    assert dsh("run", "--json", "--transcript", "background-settlement", "--home", other).exit_code == 0
+    shutil.copytree(home / "sessions" / child, other / "sessions" / child)  # a log in both homes
+    leave_unmaterialized(home)
+    whole = tmp_path / "whole"
+    shutil.copytree(other / "sessions", whole / "sessions")
+    shutil.copytree(home / "sessions", whole / "sessions", dirs_exist_ok=True)
+
+    assert merged_rows([home, other]) == list_rows(whole)
+    assert [r["id"] for r in merged_rows([home, other])][:2] == [root, child]
+    assert merged_rows([home, other], limit=2) == list_rows(whole, limit=2)
+    assert merged_rows([home, other], roots_only=True) == list_rows(whole, roots_only=True)
+    assert len(merged_rows([home, other])) == 5  # two trees of two, and the unmaterialized row

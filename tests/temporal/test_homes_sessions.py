@@ -1,4 +1,4 @@
-"""`dsh sessions show/tree` on a tree whose logs are spread over the workers' homes (issue 12,
+"""`dsh sessions show/tree/list` on a tree whose logs are spread over the workers' homes (issue 12,
 loader/engines/README.md "Homes"): from a client whose own home is empty, they read every home over
 the server and answer exactly as on one home holding all the logs.
 
@@ -61,6 +61,13 @@ async def views(env: dict[str, str], cwd: Path, home: Path, root: str, children:
     return out
 
 
+async def listings(env: dict[str, str], cwd: Path, home: Path, *engine: str) -> list[str]:
+    """`sessions list` as the user reads it: both forms, and the two most recent as NDJSON."""
+    return [await dsh(env, cwd, "sessions", "list", "--home", home, *engine),
+            await dsh(env, cwd, "sessions", "list", "--json", "--home", home, *engine),
+            await dsh(env, cwd, "sessions", "list", "--json", "--limit", "2", "--home", home, *engine)]
+
+
 def shipped() -> FlowPlan:
     return plan_flow("four-children-one-step")
 
@@ -88,6 +95,7 @@ async def test_sessions_show_and_tree_read_every_home_as_one_home_holding_all_th
             assert found[0] - {root} and found[1] - {root}, found
             children = [min(found[0] - {root}), min(found[1] - {root})]
         seen = await views(env, tmp_path, client_home, root, children)
+        listed = await listings(env, tmp_path, client_home)
         # From the root's own home, which holds the root log but not every child's: still whole.
         [root_home] = [h for h, f in zip(homes, found, strict=True) if root in f]
         assert await dsh(env, tmp_path, "sessions", "tree", root, "--home", root_home) == seen[0]
@@ -97,6 +105,9 @@ async def test_sessions_show_and_tree_read_every_home_as_one_home_holding_all_th
 
     whole = merged(homes, tmp_path / "merged")
     assert seen == await views(env, tmp_path, whole, root, children, "--engine", "local")
+    # `sessions list` too: every tree of the task queue, as the merged home lists it.
+    assert listed == await listings(env, tmp_path, whole, "--engine", "local")
+    assert {json.loads(line)["id"] for line in listed[1].splitlines()} == found[0] | found[1]
     rows = [json.loads(line) for line in seen[1].splitlines()]
     assert [r["id"] for r in rows][0] == root and {r["id"] for r in rows} == found[0] | found[1]
 
