@@ -17,6 +17,7 @@ from dsh.loader.errors import CheckpointError, DshError
 
 if TYPE_CHECKING:
     from dsh.loader.transcripts.fence_schema import Condition, Fence
+    from dsh.loader.transcripts.schema import UserAction
     from dsh.loader.tree import Tree
     from dsh.loader.models import ReplayProvider
 
@@ -37,7 +38,8 @@ class FenceTimeout(DshError):
 
 
 class Fences:
-    def __init__(self, specs: list[Fence], *, tree: Tree, replay: ReplayProvider, timeout: float) -> None:
+    def __init__(self, specs: list[Fence], *, tree: Tree | None, replay: ReplayProvider, timeout: float) -> None:
+        """`tree` None: facts come only by `merge` (the Temporal client's user, engines/remote_user.py)."""
         self.specs = specs
         self.tree = tree
         self.replay = replay
@@ -59,6 +61,7 @@ class Fences:
 
     # -- wiring ---------------------------------------------------------------------------
     def install(self) -> None:
+        assert self.tree is not None, "fences without a tree only merge facts"
         self.tree.agent_hooks.append(self._on_agent)
         events = self.tree.registry.events
         self._offs += [
@@ -90,8 +93,8 @@ class Fences:
         return False
 
     def named(self) -> set[str]:
-        """`named_agents` of these fences."""
-        return named_agents(self.specs)
+        """`named_agents` of these fences, and the agents the transcript's user actions wait on."""
+        return named_agents(self.specs) | user_agents(self.replay.transcript.spec.user)
 
     # -- facts (monotone) -----------------------------------------------------------------
     def _record(self, session_id: str, kind: str, *detail: str | int | None) -> None:
@@ -133,6 +136,7 @@ class Fences:
 
     def _on_converged(self, payload: dict[str, Any]) -> None:
         agent: Agent = payload["agent"]
+        assert self.tree is not None  # installed: a tree's event
         a = self.tree.manager.activations.get(agent.id)
         if a is not None and isinstance(agent.phase, Idle) and a.accepted:
             self._record(agent.id, "parked")
@@ -299,6 +303,13 @@ def named_agents(specs: Iterable[Fence]) -> set[str]:
         if fence.maintenance is not None:
             names.add(fence.maintenance.agent)
     return names
+
+
+def user_agents(actions: Iterable[UserAction]) -> set[str]:
+    """The agents a transcript's user actions' conditions name (scripted_user.py): on Temporal
+    their facts go on the board too, for the client that makes the actions (engines/remote_user.py)."""
+    return {key for action in actions for part in (action.interrupt, action.send) if part is not None
+            for key in _condition_agents(part.when)}
 
 
 def _condition_agents(cond: Condition) -> list[str]:

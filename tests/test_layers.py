@@ -135,7 +135,7 @@ ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupt
                                 "homes": 0, "logs": 1, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
                                 "residents": 2, "residency": 3, "endings": 4, "workflow": 5, "reader": 1,
                                 "projection": 1, "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3,
-                                "tree_logs": 4, "client": 6, "control": 6, "link": 7, "worker": 8}
+                                "tree_logs": 4, "control": 6, "link": 7, "remote_user": 7, "client": 8, "worker": 9}
 # Workflow code: the workflow class and the state it keeps (the SDK does not inherit handler
 # decorators, so the handlers stay on the class and the state and its rules are plain classes).
 WORKFLOW_SIDE = ["patches", "queue", "board", "ledger", "calls", "pinning", "residents", "residency", "endings",

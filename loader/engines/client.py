@@ -26,9 +26,10 @@ from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
-from dsh.loader.fences import named_agents, unused_fences
+from dsh.loader.fences import named_agents, unused_fences, user_agents
 from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES
 from dsh.loader.engines.recording import LoggedRecording
+from dsh.loader.engines.remote_user import RemoteUser
 from dsh.loader.engines.stream import LONG_POLL, Feed, HomeFeed, StreamMode, choose_feed
 from dsh.loader.headless import RunRequest, RunResult, exit_code_for, init_record, system_prompt
 from dsh.loader.ids import new_root_id
@@ -72,8 +73,11 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
     return RunSpec(
         home=str(Path(request.home).resolve()), root_id=root_id,
         transcript=str(script.path) if script is not None else None,
-        fences_allowed=request.fences_allowed, fences=request.fences_allowed and script is not None and bool(script.spec.fences),
-        fence_agents=sorted(named_agents(script.spec.fences)) if script is not None else [],
+        # The board is kept for the fences and for the transcript's user (remote_user.py: its
+        # conditions are read from the board), each agent they name publishing its facts.
+        fences_allowed=request.fences_allowed,
+        fences=script is not None and ((request.fences_allowed and bool(script.spec.fences)) or bool(script.spec.user)),
+        fence_agents=sorted(named_agents(script.spec.fences) | user_agents(script.spec.user)) if script is not None else [],
         fence_timeout=config.testing.fence_timeout_seconds,
         model="replay" if script is not None else config.model.model, system_prompt=system_prompt(config),
         max_parallel_tool_calls=config.agent.max_parallel_tool_calls,
@@ -102,8 +106,6 @@ def refuse(request: RunRequest) -> Transcript | None:
         return None
     if script.spec.fences and not request.fences_allowed:
         raise ConfigError(render("T-CLI-FENCES", file=script.path), code="FENCES_REFUSED")
-    if script.spec.user:  # no scripted user drives the workers' turns yet (loader/scripted_user.py)
-        raise ConfigError(render("T-ENGINE-UNSUPPORTED", what="a transcript's user actions"), code="USAGE")
     return script
 
 
@@ -124,6 +126,22 @@ async def submit(client: Client, request: RunRequest, task_queue: str, root_id: 
         return await handle.result()
     except WorkflowFailureError as exc:
         raise _config_failure(exc) or exc
+
+
+def _scripted_user(request: RunRequest, script: Transcript | None, client: Client, root_id: str) -> RemoteUser | None:
+    """The transcript's user (remote_user.py), its actions started once the root workflow is."""
+    if script is None or not script.spec.user:
+        return None
+    user = RemoteUser(script, client, root_id, lambda: {}, request.config.testing.fence_timeout_seconds)
+    started = user.started_before = request.sinks.on_started
+
+    def on_started(root: str) -> None:
+        if started is not None:
+            started(root)
+        user.install()
+
+    request.sinks.on_started = on_started
+    return user
 
 
 def _config_failure(exc: WorkflowFailureError) -> ConfigError | None:
@@ -157,6 +175,7 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         shown = ReplayProvider(script) if script is not None else _NOT_HERE
         model = "replay" if script is not None else request.config.model.model
         sinks.records.init(init_record(request, shown, model, root_id, root_tool_names(request, shown)))
+    user = _scripted_user(request, script, client, root_id)
     run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
     waits = request.config.run.parked == "wait"
     try:
@@ -167,9 +186,13 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         stall = StallWatch(client, request, root_id, feed) if waits else None
         every = STALL_EVERY if isinstance(feed, HomeFeed) else 1
         passes = 0
+        if user is not None:
+            user.logs = feed.logs
         while not run.done():
             await feed.step(run, tail_interval)
             passes += 1
+            if user is not None:
+                user.stepped()
             if stall is not None and passes % every == 0:
                 await stall.check()
         result = run.result()
@@ -180,6 +203,9 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         task = request.task if request.task is not None or script is None else script.task
         await asyncio.to_thread(_write_recording, request, script, task or "", feed, result.session_id)
     violations = list(result.violations)
+    if user is not None:
+        violations += user.finish()
+        request.sinks.on_started = user.started_before
     if script is not None:
         violations += await asyncio.to_thread(lambda: _unconsumed(script, feed.logs(), result.session_id))
         violations += unused_fences(list(script.spec.fences), result.fences_engaged)

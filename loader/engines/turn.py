@@ -254,8 +254,11 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
                                          bind=replay.bind_child if replay is not None else None,
                                          listed=elsewhere.add if elsewhere is not None else None)
     fences: Fences | None = None
-    if replay is not None and replay.transcript.spec.fences and run.fences_allowed:
-        fences = Fences(list(replay.transcript.spec.fences), tree=tree, replay=replay, timeout=run.fence_timeout)
+    spec_ = replay.transcript.spec if replay is not None else None
+    if replay is not None and spec_ is not None and ((spec_.fences and run.fences_allowed) or spec_.user):
+        # Also for the transcript's user alone: its conditions' facts go on the board (remote_user.py).
+        fences = Fences(list(spec_.fences) if run.fences_allowed else [], tree=tree, replay=replay,
+                        timeout=run.fence_timeout)
         fences.install()
     # Heartbeat per chunk; and a failed request's streamed text into the log, for `--record`.
     tree.agent_hooks.append(lambda agent: setattr(

@@ -110,24 +110,6 @@ async def test_an_unreachable_server_is_a_configuration_error_naming_the_address
     assert caught.value.message.startswith("no Temporal server at 127.0.0.1:1 (namespace default): ")
 
 
-async def test_a_transcript_that_scripts_the_user_is_refused_not_run_without_its_user(tmp_path: Path) -> None:
-    """A `user` list (loader/scripted_user.py) is done by the local runner only; on Temporal nothing
-    would do it, and the replay would wait at the hang its interrupt ends."""
-    import pytest
-
-    from dsh.loader.engines.client import submit
-    from dsh.loader.errors import ConfigError
-    from dsh.loader.headless import RunRequest
-    from dsh.loader.transcripts import load_transcript
-
-    script = load_transcript(Path(__file__).parent.parent / "replay" / "user-interrupt.yaml")
-    request = RunRequest(home=tmp_path, transcript=script, fences_allowed=True)
-    with pytest.raises(ConfigError) as caught:
-        await submit(None, request, "q")  # type: ignore[arg-type]  # refused before any call
-    assert (caught.value.code, caught.value.message) == (
-        "USAGE", "the Temporal engine does not support a transcript's user actions yet")
-
-
 async def test_run_flags_of_later_slices_are_refused_not_ignored(tmp_path: Path) -> None:
     import pytest
 

@@ -298,3 +298,18 @@ def unseq(value: Any) -> Any:
     if isinstance(value, list):
         return [unseq(v) for v in value]
     return value
+
+
+@pytest.mark.parametrize("name", ["user-interrupt", "user-send"])
+async def test_a_transcripts_user_is_done_from_the_client_as_the_local_runner_does_it(
+    client: Client, name: str, tmp_path: Path
+) -> None:
+    """The `user` list (loader/engines/remote_user.py): its conditions read from the root's fence
+    board, its `dsh interrupt` / `dsh send` made through the client with the user's authority; the
+    tree gives the local engine's facts and flow, every action made once, no violation."""
+    plan = plan_flow(str(Path(__file__).parent.parent / "replay" / f"{name}.yaml"))
+    local = await arun_flow(plan, home=tmp_path / "local")
+    temporal = await asyncio.wait_for(run_temporal(client, plan, tmp_path / "temporal"), 60)
+    assert temporal.result.violations == [] and temporal.result.exit_code == 0
+    assert settlement_facts(temporal.flow) == settlement_facts(local)
+    assert temporal.flow == local
