@@ -29,7 +29,8 @@ def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, 
     headers = read_headers(home)
     liveness = Liveness(home)
     rows: list[dict[str, Any]] = []
-    for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), kv[0])):
+    # Creation order; a parent before a child made in the same millisecond (its delegation depth).
+    for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), _depth(kv[1]), kv[0])):
         if roots_only and header.get("parentSession"):
             continue
         try:
@@ -46,6 +47,12 @@ def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, 
     if not (live_only or roots_only):
         rows.extend(unreadable_row(sid, "unmaterialized") for sid in unmaterialized_ids(home / "sessions"))
     return rows
+
+
+def _depth(header_or_row: dict[str, Any]) -> int:
+    """A header's `delegationDepth` (a row's `depth`): 0 for a root, or when it says nothing usable."""
+    depth = header_or_row.get("delegationDepth", header_or_row.get("depth"))
+    return depth if isinstance(depth, int) and not isinstance(depth, bool) else 0
 
 
 def merged_rows(homes: list[Path], *, live_only: bool = False, roots_only: bool = False,
@@ -65,7 +72,7 @@ def merged_rows(homes: list[Path], *, live_only: bool = False, roots_only: bool 
                     unmaterialized.append(row)
             else:
                 rows.setdefault(row["id"], row)
-    ordered = sorted(rows.values(), key=lambda r: (r.get("createdAt") or 0, r["id"]))
+    ordered = sorted(rows.values(), key=lambda r: (r.get("createdAt") or 0, _depth(r), r["id"]))
     if limit is not None:
         ordered = ordered[-limit:]
     return ordered + unmaterialized

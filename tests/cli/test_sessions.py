@@ -312,3 +312,19 @@ def test_merged_rows_over_two_homes_are_the_rows_of_one_home_holding_both(dsh, h
     assert merged_rows([home, other], limit=2) == list_rows(whole, limit=2)
     assert merged_rows([home, other], roots_only=True) == list_rows(whole, roots_only=True)
     assert len(merged_rows([home, other])) == 5  # two trees of two, and the unmaterialized row
+
+
+async def test_a_parent_is_listed_before_a_child_made_in_the_same_millisecond(tmp_path):
+    """Creation order with a millisecond clock: a tie goes to the shallower session (a child cannot
+    be made before its parent), then to the id; here the child's id sorts first."""
+    from dsh.cli.session_listing import list_rows, merged_rows
+    from dsh.loader.session import SessionStore, make_header
+
+    root, child = "session-ffffffff-ffff-4fff-8fff-ffffffffffff", "session-00000000-0000-4000-8000-000000000000"
+    store = SessionStore(tmp_path / "home")
+    for header in (make_header(root, created_at=1_000), make_header(child, parent_session=root, delegation_depth=1,
+                                                                     origin="subagent", created_at=1_000)):
+        await store.close(await store.create(header))
+
+    assert [r["id"] for r in list_rows(tmp_path / "home")] == [root, child]
+    assert [r["id"] for r in merged_rows([tmp_path / "home", tmp_path / "none"])] == [root, child]
