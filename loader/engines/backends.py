@@ -21,6 +21,7 @@ from dsh.loader.agent import Agent, Message, user_message
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_report
 from dsh.loader.engines.wire import (
     Answer,
+    ChildRef,
     Charge,
     Charged,
     Delivery,
@@ -34,7 +35,7 @@ from dsh.loader.engines.wire import (
 from dsh.loader.errors import SessionError, SubagentCode, SubagentError
 from dsh.loader.ids import is_valid_session_id, new_child_id
 from dsh.loader.session import SessionStore, make_header
-from dsh.loader.subagents import ManagerConfig, report_message
+from dsh.loader.subagents import CatalogueEntry, ManagerConfig, report_message
 from dsh.loader.subagents.epochs import next_epoch
 from dsh.loader.texts import render
 
@@ -52,6 +53,7 @@ class WorkflowLink(Protocol):
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None: ...
     # `list_agents`: each child's status from its workflow (`ready` when none runs).
     async def statuses(self, ids: list[str]) -> dict[str, str]: ...
+    async def started_by(self, ids: list[str]) -> dict[str, list[ChildRef]]: ...
     def heartbeat(self) -> None: ...
     # The root's fence board (transcripts with fences only): publish facts, long-poll the tree's.
     async def publish_facts(self, facts: list[list[Any]]) -> None: ...
@@ -138,6 +140,25 @@ class WorkflowDelegation:
 
     async def statuses(self, ids: list[str]) -> dict[str, str] | None:
         return await self.link.statuses(ids) if ids else {}
+
+    async def below(self, parent_id: str) -> list[CatalogueEntry]:
+        """The sessions under `parent_id` as the workflows know them (each residency's `children`,
+        level by level, with the headers and descriptors their logs begin with), for a `list_agents`
+        of descendants whose logs are on other homes (README "Homes"). None asked when the logs are
+        all in this home (`listed` None: no homes)."""
+        if self.listed is None:
+            return []
+        found: dict[str, CatalogueEntry] = {}
+        frontier = [parent_id]
+        while frontier:
+            answers = await self.link.started_by(frontier)
+            frontier = []
+            for refs in answers.values():
+                for ref in refs:
+                    if ref.child_id not in found and ref.child_id != parent_id and ref.header is not None:
+                        found[ref.child_id] = CatalogueEntry(ref.child_id, dict(ref.header), dict(ref.descriptor))
+                        frontier.append(ref.child_id)
+        return list(found.values())
 
     async def interrupt(self, caller: Agent, target: str) -> None:
         """`interrupt_agent` (§10.2, ancestor authority): the caller is this turn's live agent, so

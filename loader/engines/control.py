@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFail
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
-from dsh.loader.engines.wire import AgentView, Answer, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
+from dsh.loader.engines.wire import AgentView, Answer, ChildRef, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.client import NotAChild, UnknownSession
 from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
@@ -72,6 +72,17 @@ async def workflow_status(client: Client, root_id: str, child_id: str) -> str:
         raise
     except WorkflowQueryFailedError:
         return "ready"
+
+
+async def workflow_children(client: Client, root_id: str, session_id: str) -> list[ChildRef]:
+    """The children an agent's residency started (its workflow's `children` query); none for an
+    agent with no workflow of its own (a one-shot child, an unknown id) or one that cannot answer."""
+    workflow_id = root_id if session_id == root_id else child_workflow_id(root_id, session_id)
+    handle = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+    try:
+        return await handle.query(AgentWorkflow.children)
+    except (RPCError, WorkflowQueryFailedError):
+        return []
 
 
 async def run_is_live(client: Client, root_id: str) -> bool:

@@ -20,8 +20,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from dsh.loader.engines.control import interrupt_workflow, workflow_status
+from dsh.loader.engines.control import interrupt_workflow, workflow_children, workflow_status
 from dsh.loader.engines.wire import (
+    ChildRef,
     Answer, Charge, Charged, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
 )
 from dsh.loader.engines.workflow import AgentWorkflow
@@ -67,6 +68,10 @@ class TurnLink:
 
     async def statuses(self, ids: list[str]) -> dict[str, str]:
         found = await asyncio.gather(*(workflow_status(self.client, self.root.id, i) for i in ids))
+        return dict(zip(ids, found, strict=True))
+
+    async def started_by(self, ids: list[str]) -> dict[str, list[ChildRef]]:
+        found = await asyncio.gather(*(workflow_children(self.client, self.root.id, i) for i in ids))
         return dict(zip(ids, found, strict=True))
 
     async def start_child(self, request: StartChild) -> None:

@@ -27,7 +27,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        AgentView, Answer, Carried, Charge, Charged, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
+        AgentView, Answer, Carried, Charge, Charged, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
         MessageChild, Poll, PollReply, ResumeCheck, StartChild, TreeInput, TreeResult, TurnInput, TurnResult,
     )
     from dsh.loader.engines.board import FenceBoard
@@ -186,6 +186,12 @@ class AgentWorkflow(RunEnds):
     def status(self) -> str:
         """`list_agents`' status of this agent (§12.2; `Residency.status`)."""
         return self._s.status()
+
+    @workflow.query
+    def children(self) -> list[ChildRef]:
+        """The children this residency started or resumed, with the headers their logs begin with:
+        a `list_agents` of descendants lists those whose logs are on other homes (a query: no command)."""
+        return list(self._residents.started)
 
     @workflow.query
     def view(self) -> AgentView:

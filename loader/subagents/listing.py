@@ -129,9 +129,15 @@ def _listing_order(e: CatalogueEntry) -> tuple[int, int, str]:
 
 
 def list_agents(
-    manager: ContinuationManager, catalogue: Catalogue, caller_id: str, scope: str = "children"
+    manager: ContinuationManager, catalogue: Catalogue, caller_id: str, scope: str = "children",
+    extra: list[CatalogueEntry] | None = None,
 ) -> list[dict[str, Any]]:
+    """`extra`: sessions known from elsewhere (the Temporal workflows of other homes' logs); the
+    catalogue's own entry of a session wins."""
     entries = catalogue.entries()
+    if extra:
+        here = {e.id for e in entries}
+        entries = entries + [e for e in extra if e.id not in here]
     by_parent: dict[str, list[CatalogueEntry]] = {}
     for e in entries:
         if e.header is None:

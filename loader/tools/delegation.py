@@ -8,7 +8,7 @@ from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, ToolExec, ToolOutput, text_of
 from dsh.loader.errors import SubagentError
 from dsh.loader.models.budget import RunBudget
-from dsh.loader.subagents import AncestorAuthority, ContinuationManager, interrupt, report_from, run_one_shot
+from dsh.loader.subagents import AncestorAuthority, CatalogueEntry, ContinuationManager, interrupt, report_from, run_one_shot
 from dsh.loader.texts import TEXTS, TOOL_DESCRIPTIONS, render
 from dsh.loader.tools.params import SEND_MESSAGE, SUBAGENT
 
@@ -40,6 +40,11 @@ class Delegation(Protocol):
         """`list_agents`' statuses from elsewhere (another engine's agents), or None: the manager's."""
         ...
 
+    async def below(self, parent_id: str) -> list[CatalogueEntry]:
+        """Sessions under `parent_id` whose logs the catalogue may not hold (another engine's
+        homes), for `list_agents` of descendants; [] when the catalogue holds every one."""
+        ...
+
 
 class LocalDelegation:
     """The local engine: the manager itself. `report` runs `report_from` at once (it is sync span
@@ -66,6 +71,9 @@ class LocalDelegation:
 
     async def statuses(self, ids: list[str]) -> dict[str, str] | None:
         return None  # list_agents reads the manager's Activations itself
+
+    async def below(self, parent_id: str) -> list[CatalogueEntry]:
+        return []  # one home: the catalogue reads every log
 
 
 class SubagentTool:

@@ -216,3 +216,60 @@ async def test_workers_without_a_home_run_each_sessions_create_activity_once_ove
     assert [kind for kind, _ in scheduled[0]][0] == "dsh.create_session"
     root = [kind for kind, _ in await queues_of(client, root_id)]
     assert root.count("dsh.create_session") == 1, root
+
+
+# -- list_agents of descendants across homes ---------------------------------------------------------
+
+DEEP = {
+    "name": "deep-list",
+    "fences": [{"hold": {"agent": "root", "turn": 1, "step": 2, "until": {"settled": {"agent": "mid"}}}}],
+    "agents": {
+        "root": {"replies": [{"toolCalls": [{"id": "m", "name": "subagent", "arguments": {"label": "mid", "prompt": "Go mid."}}]},
+                             {"toolCalls": [{"id": "ls", "name": "list_agents", "arguments": {"scope": "descendants"}}]},
+                             {"text": "LISTED"}]},
+        "mid": {"spawnedBy": "m", "replies": [
+            {"toolCalls": [{"id": "l", "name": "subagent", "arguments": {"label": "leaf", "prompt": "Go leaf."}}]},
+            {"text": "M1"}, {"text": "M2"}]},
+        "leaf": {"spawnedBy": "l", "replies": [{"text": "L1"}]},
+    },
+}
+
+
+def listed(home: Path, root: str) -> list[dict[str, Any]]:
+    """The root's `list_agents` answer (its tool result's value)."""
+    events = [json.loads(line) for line in (home / "sessions" / root / "session.jsonl").read_text().splitlines()[1:]]
+    [value] = [e["data"]["value"] for e in events if e["type"] == "tool/result" and e["data"]["callId"] == "ls"]
+    return value
+
+
+async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_another_home(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """root and mid on home a, leaf (mid's child) on b: the root's turn, on a, lists leaf from the
+    workflows (mid's `children` query), as the local engine lists it from its log."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+
+    class Placed(TurnActivities):
+        def claim(self, agent: TreeInput) -> str | None:
+            return on_b if (agent.descriptor or {}).get("spawnCallId") == "l" else on_a
+
+    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    plan = plan_flow(write_transcript(tmp_path, DEEP))
+    local_home = tmp_path / "local"
+    await arun_flow(plan, home=local_home)
+    records: list[dict[str, Any]] = []
+    async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
+        result = await asyncio.wait_for(
+            run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client), BACKSTOP)
+    assert result.violations == []
+    root = result.root_session_id
+    assert len(sessions_in(b)) == 1 and root in sessions_in(a)  # leaf alone on b
+    [local_root] = [p.parent.name for p in (local_home / "sessions").glob("*/session.jsonl")
+                    if "parentSession" not in json.loads(p.read_text().splitlines()[0])]
+
+    def shape(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r.get("label"), r.get("depth"), r.get("status")) for r in rows]
+
+    assert shape(listed(a, root)) == shape(listed(local_home, local_root)) == [("mid", 1, "ready"), ("leaf", 2, "ready")]
