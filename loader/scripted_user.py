@@ -40,23 +40,50 @@ if TYPE_CHECKING:
     from dsh.loader.transcripts.schema import TranscriptSpec, UserAction
     from dsh.loader.tree import Tree
 
-__all__ = ["ScriptedUser"]
+__all__ = ["ScriptedUser", "UserRunner"]
 
 logger = logging.getLogger(__name__)
 
 
-class ScriptedUser:
+class UserRunner:
+    """What both engines' runners of a transcript's user share (this one, and the Temporal client's,
+    engines/remote_user.py): the violations, which actions were made, the end of the run."""
+
+    def __init__(self, actions: list[UserAction]) -> None:
+        self.actions = actions
+        self.violations: list[dict[str, Any]] = []
+        self.done = [False] * len(actions)  # made, failed or timed out: never reported unused
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def stop(self) -> None:
+        """Cancel the actions still waiting (the run has ended)."""
+        for task in self._tasks:
+            task.cancel()
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.stop()
+        for i, action in enumerate(self.actions):
+            part = action.interrupt or action.send
+            if part is not None and not self.done[i]:
+                self._violate("USER_UNUSED", part.agent,
+                              f"user action {i + 1} ({part.agent}) was never made (the run ended first)")
+        return self.violations
+
+    def _violate(self, code: str, agent: str, message: str) -> None:
+        logger.info("scripted user violation %s: %s", code, message)
+        self.violations.append({"code": code, "agent": agent, "message": message})
+
+
+class ScriptedUser(UserRunner):
     def __init__(self, spec: TranscriptSpec, *, tree: Tree, root: Agent, replay: ReplayProvider,
                  fences: Fences, signal: AbortSignal) -> None:
+        super().__init__(list(spec.user))
         self.spec = spec
         self.tree = tree
         self.replay = replay
         self.fences = fences
         self.signal = signal
         self.methods = Methods(tree=tree, root=root, state=lambda: "running", signal=signal)
-        self.violations: list[dict[str, Any]] = []
-        self.done = [False] * len(spec.user)  # made, failed or timed out: never reported unused
-        self._tasks: list[asyncio.Task[None]] = []
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
@@ -102,21 +129,6 @@ class ScriptedUser:
         header = agent.header if agent is not None else self.tree.store.read(child).header
         parent = header.get("parentSession")
         return parent if isinstance(parent, str) else None
-
-    # -- end of run ------------------------------------------------------------------------
-    def finish(self) -> list[dict[str, Any]]:
-        for task in self._tasks:
-            task.cancel()
-        for i, action in enumerate(self.spec.user):
-            part = action.interrupt or action.send
-            if part is not None and not self.done[i]:
-                self._violate("USER_UNUSED", part.agent,
-                              f"user action {i + 1} ({part.agent}) was never made (the run ended first)")
-        return self.violations
-
-    def _violate(self, code: str, agent: str, message: str) -> None:
-        logger.info("scripted user violation %s: %s", code, message)
-        self.violations.append({"code": code, "agent": agent, "message": message})
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -198,6 +198,9 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         result = run.result()
     finally:
         run.cancel()
+        if user is not None:  # its waits end with the run, a failed one too; `finish` reports them
+            user.stop()
+            request.sinks.on_started = user.started_before
     await feed.drain()
     if request.record is not None:
         task = request.task if request.task is not None or script is None else script.task
@@ -205,7 +208,6 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
     violations = list(result.violations)
     if user is not None:
         violations += user.finish()
-        request.sinks.on_started = user.started_before
     if script is not None:
         violations += await asyncio.to_thread(lambda: _unconsumed(script, feed.logs(), result.session_id))
         violations += unused_fences(list(script.spec.fences), result.fences_engaged)

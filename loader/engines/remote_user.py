@@ -11,7 +11,7 @@ from its header, and the call made with the user's authority. Violations as on t
 FENCE_TIMEOUT past `testing.fenceTimeoutSeconds`, USER_ACTION_FAILED for a refused call, USER_UNUSED
 for an action the run ended before.
 
-Invariant: each action is done at most once; `finish` cancels what still waits.
+Invariant: each action is done at most once; `finish` (`UserRunner`) cancels what still waits.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from temporalio.client import Client
 
@@ -29,6 +28,7 @@ from dsh.loader.errors import DshError
 from dsh.loader.fences import Fences
 from dsh.loader.host.protocol import RpcError
 from dsh.loader.models import ReplayProvider
+from dsh.loader.scripted_user import UserRunner
 from dsh.loader.session import ReadResult
 from dsh.loader.transcripts import Transcript
 from dsh.loader.transcripts.schema import UserAction
@@ -38,18 +38,16 @@ __all__ = ["RemoteUser"]
 logger = logging.getLogger(__name__)
 
 
-class RemoteUser:
+class RemoteUser(UserRunner):
     def __init__(self, script: Transcript, client: Client, root_id: str, logs: Callable[[], dict[str, ReadResult]],
                  timeout: float) -> None:
+        super().__init__(list(script.spec.user))
         self.script = script
         self.client = client
         self.root_id = root_id
         self.logs = logs
         self.fences = Fences([], tree=None, replay=ReplayProvider(script), timeout=timeout)
-        self.violations: list[dict[str, Any]] = []
-        self.done = [False] * len(script.spec.user)
         self._stepped = asyncio.Event()  # the feed read more of the logs (`stepped`)
-        self._tasks: list[asyncio.Task[None]] = []
         self.started_before: Callable[[str], None] | None = None  # the sinks' own `on_started` (client.py)
 
     def install(self) -> None:
@@ -122,17 +120,3 @@ class RemoteUser:
             return None
         parent = logs[child].header.get("parentSession")
         return (child, parent) if isinstance(parent, str) else None
-
-    def finish(self) -> list[dict[str, Any]]:
-        for task in self._tasks:
-            task.cancel()
-        for i, action in enumerate(self.script.spec.user):
-            part = action.interrupt or action.send
-            if part is not None and not self.done[i]:
-                self._violate("USER_UNUSED", part.agent,
-                              f"user action {i + 1} ({part.agent}) was never made (the run ended first)")
-        return self.violations
-
-    def _violate(self, code: str, agent: str, message: str) -> None:
-        logger.info("remote user violation %s: %s", code, message)
-        self.violations.append({"code": code, "agent": agent, "message": message})

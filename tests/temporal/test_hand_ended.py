@@ -54,18 +54,7 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
     """Run the tree; once g's hang is reached (an event) and c's first turn has ended (or, with
     `c_hangs`, c's hang is reached too; with `continued`, the root and c have continued as new),
     end c's workflow by hand (`cancel` or `terminate`)."""
-    hangs = 2 if c_hangs else 1
-    hanging = asyncio.Event()
-    real_reach = ReplayProvider._reach_hang
-
-    def reach(self: ReplayProvider, key: str) -> None:
-        real_reach(self, key)
-        reached.append(key)
-        if len(reached) == hangs:
-            hanging.set()
-
-    reached: list[str] = []
-    monkeypatch.setattr(ReplayProvider, "_reach_hang", reach)
+    hanging = hangs_reached(monkeypatch, 2 if c_hangs else 1)
     plan = plan_flow(script(tmp_path, c_hangs=c_hangs))
     home = tmp_path / "temporal"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
@@ -94,6 +83,23 @@ async def run_and_end_c(client: Client, tmp_path: Path, monkeypatch: pytest.Monk
         result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client), BACKSTOP)
         await ender
     return result, home
+
+
+def hangs_reached(monkeypatch: pytest.MonkeyPatch, count: int) -> asyncio.Event:
+    """Set once `count` hanging requests have been reached in this process (a local run, or the
+    in-process worker)."""
+    reached: list[str] = []
+    hanging = asyncio.Event()
+    real_reach = ReplayProvider._reach_hang
+
+    def reach(self: ReplayProvider, key: str) -> None:
+        real_reach(self, key)
+        reached.append(key)
+        if len(reached) == count:
+            hanging.set()
+
+    monkeypatch.setattr(ReplayProvider, "_reach_hang", reach)
+    return hanging
 
 
 async def turn_taken(handle: Any) -> None:

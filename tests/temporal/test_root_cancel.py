@@ -21,14 +21,13 @@ from typing import Any
 import pytest
 from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
-from test_hand_ended import assert_nothing_running, ids, label, notices_in, turn_ends, turn_taken
+from test_hand_ended import assert_nothing_running, hangs_reached, ids, label, notices_in, turn_ends, turn_taken
 
 from dsh.loader.agent import Agent
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest, RunResult, run_tree
-from dsh.loader.models import ReplayProvider
 from dsh.loader.testing.runner import plan_flow
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -47,23 +46,6 @@ def script(tmp_path: Path, *, root_hangs: bool) -> Path:
         "root": {"replies": root}, "c": {"spawnedBy": "r1", "replies": c},
         "g": {"spawnedBy": "c1", "replies": [{"hang": {"text": "G_WORKING"}}]}}}))
     return path
-
-
-def hangs_reached(monkeypatch: pytest.MonkeyPatch, count: int) -> asyncio.Event:
-    """Set once `count` hanging requests have been reached (in this process: the local run, or
-    the in-process worker)."""
-    reached: list[str] = []
-    hanging = asyncio.Event()
-    real_reach = ReplayProvider._reach_hang
-
-    def reach(self: ReplayProvider, key: str) -> None:
-        real_reach(self, key)
-        reached.append(key)
-        if len(reached) == count:
-            hanging.set()
-
-    monkeypatch.setattr(ReplayProvider, "_reach_hang", reach)
-    return hanging
 
 
 def shape(home: Path) -> dict[str, Any]:
