@@ -95,6 +95,8 @@ async def temporal_run(client: Client, tmp_path: Path, monkeypatch: pytest.Monke
     async def cancel_root() -> None:
         await asyncio.wait_for(hanging.wait(), BACKSTOP)
         handle = client.get_workflow_handle(started[0])
+        [c] = [i for i in ids(home) if label(home, i) == "c"]
+        await turn_taken(client.get_workflow_handle(f"{started[0]}/{c}"))  # c's first turn has ended: it waits on g
         if not root_hangs:
             await turn_taken(handle)  # the root's first turn has ended: it waits on c
         await handle.cancel()
