@@ -214,10 +214,15 @@ async def user_call(client: Client, root_id: str, method: str, params: dict[str,
     if method == "subagent.list":
         return await subagent_list(client, root_id, str(params["parentSessionId"]), str(params.get("scope", "children")))
     parent, child = str(params["parentSessionId"]), str(params["childSessionId"])
+    # No live run hosts the tree once its root has closed (the socket's NoLiveRun), whatever its
+    # other workflows still do: a child's run signals its notice, then closes, and one left open
+    # (its workers gone) would hold an update without an answer.
+    if not await run_is_live(client, root_id):
+        return None
     if method == "subagent.interrupt":
         answer = await interrupt_workflow(client, root_id, child, Interrupt(kind="user", caller=parent))
-        if answer is None:  # the child is not resident: accepted, if a run hosts the tree at all
-            return {"accepted": True} if await run_is_live(client, root_id) else None
+        if answer is None:  # the child is not resident: accepted, the run hosts the tree
+            return {"accepted": True}
         if answer.code is not None:
             raise unauthorized(child)
         return {"accepted": True}

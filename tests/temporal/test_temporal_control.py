@@ -204,3 +204,31 @@ async def child_signalled_stalled(client: Client, root_id: str) -> None:
         if event.HasField("workflow_execution_signaled_event_attributes") and attrs.signal_name == "child_state":
             if json.loads(attrs.input.payloads[0].data)["stalled"]:
                 return
+
+
+async def test_an_interrupt_after_the_root_closed_answers_no_run_while_a_childs_workflow_is_still_open(
+    tmp_path: Path,
+) -> None:
+    """A child's run signals its notice and then closes, and one whose workers are gone stays open:
+    once the root has closed, `dsh interrupt` answers NO-RUN (the socket's NoLiveRun) at once
+    instead of holding an update that no worker will ever answer (CI saw a 120 s hang)."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+    home = tmp_path / "home"
+    script = load_transcript(str(fenced_demo(tmp_path)))
+    composed = compose(transcript=script, environ={}, cwd=tmp_path)
+    async with dev_server() as client:
+        async with started_run(client, home, script, composed) as (run, root, child, _queue):
+            await client.get_workflow_handle(root).terminate("by hand")
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(run, 60)
+        # The worker is gone; the child's workflow (started ABANDON) is still open, its turn hanging.
+        child_handle = client.get_workflow_handle(f"{root}/{child}")
+        assert (await child_handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        answer = await asyncio.wait_for(
+            user_call(client, root, "subagent.interrupt", {"parentSessionId": root, "childSessionId": child}), 10)
+        assert answer is None
+        sent = await asyncio.wait_for(user_call(client, root, "subagent.prompt", {
+            "parentSessionId": root, "childSessionId": child, "message": "more"}), 10)
+        assert sent is None
+        await child_handle.terminate("test over")
