@@ -87,7 +87,7 @@ class ScriptedUser(UserRunner):
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for i, action in enumerate(self.spec.user):
+        for i, action in enumerate(self.actions):
             task = loop.create_task(self._act(i, action), name=f"user-action:{i + 1}")
             task.add_done_callback(_log_failure)
             self._tasks.append(task)

@@ -28,6 +28,7 @@ from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences, user_agents
 from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES
+from dsh.loader.engines.logs import replay_over
 from dsh.loader.engines.recording import LoggedRecording
 from dsh.loader.engines.remote_user import RemoteUser
 from dsh.loader.engines.stream import LONG_POLL, Feed, HomeFeed, StreamMode, choose_feed
@@ -133,7 +134,7 @@ def _scripted_user(request: RunRequest, script: Transcript | None, client: Clien
     if script is None or not script.spec.user:
         return None
     user = RemoteUser(script, client, root_id, lambda: {}, request.config.testing.fence_timeout_seconds)
-    started = user.started_before = request.sinks.on_started
+    started = request.sinks.on_started
 
     def on_started(root: str) -> None:
         if started is not None:
@@ -175,6 +176,7 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         shown = ReplayProvider(script) if script is not None else _NOT_HERE
         model = "replay" if script is not None else request.config.model.model
         sinks.records.init(init_record(request, shown, model, root_id, root_tool_names(request, shown)))
+    on_started = request.sinks.on_started  # `_scripted_user` chains its start to it, restored below
     user = _scripted_user(request, script, client, root_id)
     run = asyncio.ensure_future(submit(client, request, temporal.task_queue, root_id))
     waits = request.config.run.parked == "wait"
@@ -200,7 +202,7 @@ async def run_tree_temporal(request: RunRequest, temporal: TemporalConfig, clien
         run.cancel()
         if user is not None:  # its waits end with the run, a failed one too; `finish` reports them
             user.stop()
-            request.sinks.on_started = user.started_before
+            request.sinks.on_started = on_started
     await feed.drain()
     if request.record is not None:
         task = request.task if request.task is not None or script is None else script.task
@@ -327,20 +329,4 @@ def _unconsumed(script: Transcript, logs: dict[str, ReadResult], root_id: str) -
     """REPLAY_UNCONSUMED over the whole tree: bind every session in creation order (as a resumed
     run does, tree.py) so each script's cursor is what its log shows served. `logs`: the home's
     sessions, or the bytes the server's pages carried (stream.py)."""
-    sessions: list[tuple[int, str, dict[str, Any] | None, list[dict[str, Any]]]] = []
-    wanted = {root_id}
-    changed = True
-    while changed:  # the tree: sessions whose parent is in it
-        changed = False
-        for sid, log in logs.items():
-            if sid not in wanted and log.header.get("parentSession") in wanted:
-                wanted.add(sid)
-                changed = True
-    for sid in wanted:
-        log = logs[sid]
-        descriptor = next((e["data"] for e in log.events if e["type"] == "subagent/descriptor"), None)
-        sessions.append((int(log.header.get("createdAt") or 0), sid, descriptor, log.events))
-    replay = ReplayProvider(script)
-    for _, sid, descriptor, events in sorted(sessions, key=lambda s: (s[0], s[1])):
-        replay.resume_session(sid, None if sid == root_id else descriptor, events)
-    return [dict(v) for v in replay.finish_checks()]
+    return [dict(v) for v in replay_over(script, logs, root_id).finish_checks()]

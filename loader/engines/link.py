@@ -22,8 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.engines.control import interrupt_workflow, workflow_children, workflow_status
 from dsh.loader.engines.wire import (
-    ChildRef,
-    Answer, Charge, Charged, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
+    Answer, Charge, Charged, ChildRef, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
 )
 from dsh.loader.engines.workflow import AgentWorkflow
 

@@ -1,6 +1,7 @@
 """A session's log on its home (loader/engines/README.md "Homes"): the header its first turn
-writes there (`header_of`: the one its parent's `subagent` made, for a child), and the catalogue
-`list_agents` reads, which also names the children whose logs are on other homes.
+writes there (`header_of`: the one its parent's `subagent` made, for a child), the catalogue
+`list_agents` reads, which also names the children whose logs are on other homes, and the client's
+replay cursors rebuilt from a tree's logs (`replay_over`).
 """
 
 from __future__ import annotations
@@ -8,10 +9,37 @@ from __future__ import annotations
 from typing import Any
 
 from dsh.loader.engines.wire import ChildRef, TreeInput
-from dsh.loader.session import make_header
+from dsh.loader.models import ReplayProvider
+from dsh.loader.session import ReadResult, make_header
 from dsh.loader.subagents import Catalogue, CatalogueEntry
+from dsh.loader.transcripts import Transcript
 
-__all__ = ["Elsewhere", "header_of"]
+__all__ = ["Elsewhere", "header_of", "replay_over"]
+
+
+def replay_over(script: Transcript, logs: dict[str, ReadResult], root_id: str) -> ReplayProvider:
+    """A replay of `script` bound over the tree of `root_id` in `logs` (the sessions whose parent is
+    in it), in creation order as a resumed run binds them (tree.py), each cursor where its log
+    shows it served: the client's REPLAY_UNCONSUMED check and its user's agent lookup. A child
+    whose descriptor is not in its log yet is not bound (it would bind as a root)."""
+    wanted = {root_id}
+    changed = True
+    while changed:  # the tree: sessions whose parent is in it
+        changed = False
+        for sid, log in logs.items():
+            if sid not in wanted and log.header.get("parentSession") in wanted:
+                wanted.add(sid)
+                changed = True
+    sessions: list[tuple[int, str, dict[str, Any] | None, list[dict[str, Any]]]] = []
+    for sid in wanted & logs.keys():
+        log = logs[sid]
+        descriptor = next((e["data"] for e in log.events if e["type"] == "subagent/descriptor"), None)
+        sessions.append((int(log.header.get("createdAt") or 0), sid, descriptor, log.events))
+    replay = ReplayProvider(script)
+    for _, sid, descriptor, events in sorted(sessions, key=lambda s: (s[0], s[1])):
+        if sid == root_id or descriptor is not None:
+            replay.resume_session(sid, None if sid == root_id else descriptor, events)
+    return replay
 
 
 class Elsewhere(Catalogue):

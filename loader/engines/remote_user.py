@@ -6,7 +6,7 @@ publish the facts of every agent a fence or a user action names (`Fences.named`,
 on for a transcript with a user list), and this runner mirrors the board as a turn does (update
 `fence_facts_after`, source `user`) into a `Fences` of its own that holds nothing and only answers
 `wait_until`. Once a condition holds, the action's agent is found from the logs the client reads
-(the feed: the replay bindings rebuilt in creation order, as `client._unconsumed` does), its parent
+(the feed: the replay bindings rebuilt in creation order, `logs.replay_over`), its parent
 from its header, and the call made with the user's authority. Violations as on the local engine:
 FENCE_TIMEOUT past `testing.fenceTimeoutSeconds`, USER_ACTION_FAILED for a refused call, USER_UNUSED
 for an action the run ended before.
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from temporalio.client import Client
 
 from dsh.loader.engines.control import user_call
+from dsh.loader.engines.logs import replay_over
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import DshError
 from dsh.loader.fences import Fences
@@ -47,18 +48,25 @@ class RemoteUser(UserRunner):
         self.root_id = root_id
         self.logs = logs
         self.fences = Fences([], tree=None, replay=ReplayProvider(script), timeout=timeout)
-        self._stepped = asyncio.Event()  # the feed read more of the logs (`stepped`)
-        self.started_before: Callable[[str], None] | None = None  # the sinks' own `on_started` (client.py)
+        self._passes: list[asyncio.Future[None]] = []  # waiting for the feed's next pass (`stepped`)
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._mirror(), name="user-board"))
-        for i, action in enumerate(self.script.spec.user):
+        for i, action in enumerate(self.actions):
             self._tasks.append(loop.create_task(self._act(i, action), name=f"user-action:{i + 1}"))
 
     def stepped(self) -> None:
-        """The client's feed read a pass of the logs: an action waiting for its agent looks again."""
-        self._stepped.set()
+        """The client's feed read a pass of the logs: what waits for one looks again."""
+        passes, self._passes = self._passes, []
+        for waiter in passes:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _next_pass(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._passes.append(waiter)
+        await waiter
 
     async def _mirror(self) -> None:
         handle = self.client.get_workflow_handle(self.root_id)
@@ -69,7 +77,10 @@ class RemoteUser(UserRunner):
             except Exception as exc:  # the tree closed: nothing more to learn
                 logger.debug("the user's board mirror ends: %r", exc)
                 return
-            seen += len(facts)  # [] : the run handed over (the next update reaches the new one) or closes
+            if not facts:  # the run handed over (the next update reaches the new one) or is closing:
+                await self._next_pass()  # ask again after the feed's next pass, not at once
+                continue
+            seen += len(facts)
             self.fences.merge(tuple(f) for f in facts)
 
     async def _act(self, index: int, action: UserAction) -> None:
@@ -100,22 +111,13 @@ class RemoteUser(UserRunner):
 
     async def _address(self, key: str) -> tuple[str, str]:
         """The agent's session and its durable parent, once the logs the client reads show it."""
-        while True:
-            self._stepped.clear()
-            found = self._bound(key)
-            if found is not None:
-                return found
-            await self._stepped.wait()
+        while (found := self._bound(key)) is None:
+            await self._next_pass()
+        return found
 
     def _bound(self, key: str) -> tuple[str, str] | None:
         logs = self.logs()
-        replay = ReplayProvider(self.script)
-        sessions = sorted(logs.items(), key=lambda kv: (int(kv[1].header.get("createdAt") or 0), kv[0]))
-        for sid, log in sessions:
-            descriptor = next((e["data"] for e in log.events if e["type"] == "subagent/descriptor"), None)
-            if sid == self.root_id or descriptor is not None:
-                replay.resume_session(sid, None if sid == self.root_id else descriptor, log.events)
-        child = replay.session_of(key)
+        child = replay_over(self.script, logs, self.root_id).session_of(key)
         if child is None or child not in logs:
             return None
         parent = logs[child].header.get("parentSession")

@@ -254,10 +254,10 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
                                          bind=replay.bind_child if replay is not None else None,
                                          listed=elsewhere.add if elsewhere is not None else None)
     fences: Fences | None = None
-    spec_ = replay.transcript.spec if replay is not None else None
-    if replay is not None and spec_ is not None and ((spec_.fences and run.fences_allowed) or spec_.user):
+    script = replay.transcript.spec if replay is not None else None
+    if replay is not None and script is not None and ((script.fences and run.fences_allowed) or script.user):
         # Also for the transcript's user alone: its conditions' facts go on the board (remote_user.py).
-        fences = Fences(list(spec_.fences) if run.fences_allowed else [], tree=tree, replay=replay,
+        fences = Fences(list(script.fences) if run.fences_allowed else [], tree=tree, replay=replay,
                         timeout=run.fence_timeout)
         fences.install()
     # Heartbeat per chunk; and a failed request's streamed text into the log, for `--record`.
