@@ -16,8 +16,9 @@ from typing import Literal
 
 from dsh.loader.agent import Agent, AgentOptions, AgentRegistry, Idle
 from dsh.loader.errors import ConfigError, SessionError
+from dsh.loader.hang_note import note_hangs
 from dsh.loader.ids import new_root_id
-from dsh.loader.models import ModelProvider
+from dsh.loader.models import ModelProvider, ReplayProvider
 from dsh.loader.models.budget import BudgetedProvider, RunBudget
 from dsh.loader.session import Session, SessionStore, make_header
 from dsh.loader.subagents import (
@@ -79,6 +80,8 @@ class Tree:
             config=self.manager_config, descriptor_hook=hook,
         )
         self.agent_hooks: list[Callable[[Agent], None]] = []
+        if isinstance(self.provider, ReplayProvider):
+            note_hangs(self.provider, self.registry.get)  # so a resume serves an aborted hang once
         self.roots: list[Agent] = []
         self.resumed_at: dict[str, int] = {}
 

@@ -35,6 +35,7 @@ RANKS: dict[str, float] = {
     "agent": 4,
     "subagents": 5,
     "tools": 6,
+    "hang_note": 6.5,  # a replay note on an agent's log: models and agent, below the tree that installs it
     "tree": 7,
     "host": 8,
     "fences": 8,
@@ -131,7 +132,7 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # Inside `engines/` (issue 12): workflow code sees only the wire types (the sandbox re-imports it,
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
-ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0, "hang_note": 0,
+ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0,
                                 "homes": 0, "logs": 1, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
                                 "residents": 2, "residency": 3, "endings": 4, "workflow": 5, "reader": 1,
                                 "projection": 1, "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3,

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from dsh.loader.engines.failed_text import FAILED_TEXT_EVENT
-from dsh.loader.engines.hang_note import HANG_REACHED_EVENT
 from dsh.loader.engines.interrupts import INTERRUPT_EVENT
 from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES, PASS_END, Cursor, Page
 from dsh.loader.ndjson import record, retry_record
@@ -207,8 +206,8 @@ class TreeProjection:
     # -- what one event means ---------------------------------------------------------------
     def _event(self, tail: SessionTail, event: dict[str, Any]) -> None:
         sid, kind, data = tail.session_id, event["type"], event["data"]
-        if kind in (INTERRUPT_EVENT, FAILED_TEXT_EVENT, HANG_REACHED_EVENT):
-            return  # the engine's own notes (interrupts.py, failed_text.py, hang_note.py); the local engine has none
+        if kind in (INTERRUPT_EVENT, FAILED_TEXT_EVENT):
+            return  # this engine's own notes (interrupts.py, failed_text.py); the local engine has none
         if self.sinks.on_event is not None:
             self.sinks.on_event(sid, event)
         self._emit(record("event", sessionId=sid, event=event))

@@ -40,7 +40,6 @@ from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_outpu
 from dsh.loader.agent import Message
 from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.failed_text import KeepFailedText
-from dsh.loader.engines.hang_note import note_hangs
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
 from dsh.loader.engines.logs import Elsewhere, header_of
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_notice
@@ -271,8 +270,6 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     for child in spec.children:  # `{{child:...}}` of the children this workflow run started
         if replay is not None:
             replay.bind_child(child.child_id, child.descriptor)
-    if replay is not None:
-        note_hangs(replay, agent)  # a prefix-less hang, once aborted, counts as served (hang_note.py)
     taken = 0
     applied = 0  # interrupts of this turn applied (Poll.interrupts)
     waking = set(spec.parked)

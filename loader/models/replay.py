@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_USAGE", "HANG_REACHED_EVENT", "ReplayProvider", "replies_served"]
 
-# An ignorable note (§5.1) the Temporal turn activity writes when a `hang` reply without a prefix
-# is reached (loader/engines/hang_note.py): its abort leaves no answer in the log, and each turn
-# there rebuilds the cursors from the log, so without the note the next turn was served the same
-# hang again. The local engine keeps its cursors in memory and writes none.
+# An ignorable note (§5.1) both engines write when a `hang` reply without a prefix is reached
+# (loader/hang_note.py): its abort leaves no answer in the log, and a resume (each Temporal turn
+# activity, `dsh run --resume`) rebuilds the cursors from the log, so without the note the next
+# turn was served the same hang again.
 HANG_REACHED_EVENT = "engine/hang-reached"
 
 logger = logging.getLogger(__name__)

@@ -3,9 +3,13 @@ consumed, read back from each session's log (`replies_served`), with bindings re
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
+from dsh.loader.hang_note import HANG_REACHED_EVENT
+from dsh.loader.headless import RunRequest, RunSinks, run_tree
 from dsh.loader.models import ReplayProvider
 from dsh.loader.models.replay import replies_served
 from dsh.loader.transcripts import load_transcript
@@ -56,7 +60,7 @@ def test_resume_session_rebinds_order_scripts_in_creation_order_and_continues_ea
 
 
 def test_replies_served_counts_a_reached_prefixless_hang_only_once_it_was_aborted() -> None:
-    """`engine/hang-reached` (the Temporal turn activity's note, loader/engines/hang_note.py): a
+    """`engine/hang-reached` (both engines' note, loader/hang_note.py): a
     prefix-less hang leaves no answer; reached and then aborted it was served, cut off by a crash
     (its turn closed `interrupted`) it is served again, and a step with an answer counts once."""
     hung = [_ev("turn/start", turn=1), _ev("step/start", turn=1, step=1), _ev("engine/hang-reached", turn=1, step=1)]
@@ -68,3 +72,31 @@ def test_replies_served_counts_a_reached_prefixless_hang_only_once_it_was_aborte
     unnoted = [_ev("turn/start", turn=1), _ev("step/start", turn=1, step=1), _ev("step/end", turn=1, step=1),
                _ev("turn/end", turn=1, reason={"kind": "aborted", "reason": {"kind": "user"}})]
     assert [replies_served(log) for log in (aborted, crashed, answered, unnoted)] == [1, 0, 1, 0]
+
+
+async def test_a_resume_after_a_stop_in_a_prefixless_hang_serves_the_next_reply(tmp_path: Path) -> None:
+    """`dsh run --resume` of a root stopped (SIGINT) while its script hung without a prefix: the
+    stopped run noted the hang (loader/hang_note.py), so the resumed turn is served AFTER, not the
+    same hang again (it hung until its time limit before). The `--json` stream carries the note."""
+    path = tmp_path / "hang.yaml"
+    path.write_text(json.dumps({"version": 1, "name": "hang", "task": "go",
+                                "agents": {"root": {"replies": [{"hang": {}}, {"text": "AFTER"}]}}}))
+    stop = asyncio.Event()
+    first = ReplayProvider(load_transcript(path))
+    first.add_hang_listener(lambda key: stop.set())  # the CLI sets it on the first SIGINT
+    streamed: list[dict[str, Any]] = []
+    stopped = await run_tree(RunRequest(home=tmp_path / "home", transcript=first.transcript, provider=first,
+                                        stop=stop, sinks=RunSinks(on_event=lambda sid, e: streamed.append(e))))
+    assert (stopped.stop_reason, stopped.interrupted) == ("aborted", True)
+    logged = [e["type"] for e in _root_events(tmp_path / "home", stopped.root_session_id)]
+    assert HANG_REACHED_EVENT in logged and [e["type"] for e in streamed] == logged  # the stream is the log
+    resumed = await asyncio.wait_for(run_tree(RunRequest(
+        home=tmp_path / "home", task="again", transcript=load_transcript(path),
+        resume=stopped.root_session_id, timeout=20)), 30)
+    assert (resumed.stop_reason, resumed.output, resumed.timed_out, resumed.violations) == (
+        "completed", "AFTER", False, [])
+
+
+def _root_events(home: Path, root_id: str) -> list[dict[str, Any]]:
+    lines = (home / "sessions" / root_id / "session.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines[1:]]
