@@ -43,7 +43,7 @@ from dsh.loader.engines.pages import PAGE_BYTES, PAGE_LINES, PASS_END, Cursor, P
 from dsh.loader.ndjson import record, retry_record
 from dsh.loader.sinks import RunSinks
 
-__all__ = ["SessionTail", "TreeProjection", "TreeTail", "has_lines", "read_page"]
+__all__ = ["Quiet", "SessionTail", "TreeProjection", "TreeTail", "has_lines", "read_page"]
 
 NOTICE = "subagent-settled"
 
@@ -54,22 +54,79 @@ def _zero() -> dict[str, int]:
 
 # -- reading: the logs from a cursor (here, or in the workers' `dsh.stream_page`) ---------------------
 
+# A big tree's quiet logs (`Quiet`): a log unchanged for QUIET_PASSES passes is read only every
+# SWEEP_EVERY passes (a new line of it waits at most that many), once the tree has QUIET_FROM sessions.
+QUIET_PASSES = 10
+SWEEP_EVERY = 10
+QUIET_FROM = 64
+
+
+@dataclass
+class Quiet:
+    """What a pass may leave unread, kept by a reader that follows one tree on one home
+    (`TreeTail`, one long-poll of `dsh.stream_page`). Each pass stat'ed every log and scanned the
+    sessions directory, so a follower polling every 50 ms spent O(N) per pass, O(N²) over a
+    fan-out whose wall grows with N: 40 s of the client's CPU at N=2,000 (benchmarks/README.md).
+    Most logs of a big tree are quiet (a child that settled): a log that grew in the last
+    QUIET_PASSES passes is read every pass, the rest on sweep passes; the directory is scanned
+    when its mtime moved, a header was incomplete, or on a sweep (a session made in the same clock
+    tick as the last scan is found by the next sweep at the latest). A function of the pass count
+    and the files; a drain (`read_page(full=True)`) reads and scans everything."""
+
+    passes: int = 0
+    changed: list[int] = field(default_factory=list)  # per session index: the pass it last grew or joined
+    stamp: int | None = None  # the sessions directory's mtime at the last scan
+    unsettled: bool = True  # the last scan found a session whose header was not complete
+
+    def rescan(self, sessions_dir: Path, full: bool) -> bool:
+        """Count a new pass; True when it scans the directory for new sessions."""
+        self.passes += 1
+        try:
+            stamp = os.stat(sessions_dir).st_mtime_ns
+        except FileNotFoundError:
+            return True
+        due = full or self.unsettled or stamp != self.stamp or self.passes % SWEEP_EVERY == 0
+        self.stamp = stamp
+        return due
+
+    def indices(self, start: int, sessions: int, full: bool) -> range | list[int]:
+        """The logs this pass reads from index `start` on (the rest of a pass goes on as it began)."""
+        self.changed.extend([self.passes] * (sessions - len(self.changed)))
+        if full or sessions < QUIET_FROM or self.passes % SWEEP_EVERY == 0:
+            return range(start, sessions)
+        changed, now = self.changed, self.passes - QUIET_PASSES
+        return [i for i in range(start, sessions) if changed[i] >= now]
+
+    def grew(self, index: int) -> None:
+        self.changed[index] = self.passes
+
+
 def read_page(sessions_dir: Path, root_id: str, cursor: Cursor, headers: dict[str, str | None],
-              max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES) -> Page:
+              max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES, *, quiet: Quiet | None = None,
+              full: bool = False, in_place: bool = False) -> Page:
     """One pass over the tree's logs from `cursor` (or the rest of a pass a full page cut short),
     at most `max_bytes` of log bytes and `max_lines` lines. `headers` caches the parent of each
-    session directory seen outside the tree (a header never changes once complete)."""
-    sessions = [list(s) for s in cursor.sessions] or [[root_id, -1, 0]]
-    if cursor.at == 0:
-        _discover(sessions_dir, sessions, headers)
+    session directory seen outside the tree (a header never changes once complete). With `quiet`
+    (and not `full`), a big tree's quiet logs are read only on its sweep passes; `in_place`: the
+    cursor is the caller's own, updated rather than copied."""
+    sessions = (cursor.sessions if in_place else [list(s) for s in cursor.sessions]) or [[root_id, -1, 0]]
+    if cursor.at == 0 and (quiet is None or quiet.rescan(sessions_dir, full)):
+        unsettled = _discover(sessions_dir, sessions, headers)
+        if quiet is not None:
+            quiet.unsettled = unsettled
+    start = max(cursor.at - 1, 0)
+    indices = range(start, len(sessions)) if quiet is None else quiet.indices(start, len(sessions), full)
+    base = os.fspath(sessions_dir)  # a str path per log: pathlib's joins cost more than the stat
     budget = [max_bytes, max_lines]
     pieces: list[list[Any]] = []
-    for index in range(max(cursor.at - 1, 0), len(sessions)):
+    for index in indices:
         sid, _, offset = sessions[index]
-        data = _read(sessions_dir / str(sid) / "session.jsonl", int(offset), budget, fresh=not pieces)
+        data = _read(f"{base}/{sid}/session.jsonl", int(offset), budget, fresh=not pieces)
         if data:
             pieces.append([index, base64.b64encode(data).decode("ascii")])
             sessions[index][2] = int(offset) + len(data)
+            if quiet is not None:
+                quiet.grew(index)
         if budget[0] <= 0 or budget[1] <= 0:  # full: the pass goes on from here next page
             return Page(pieces, Cursor(sessions, at=index + 1), spent=[max_bytes, max_lines])
     pieces.append([PASS_END, ""])
@@ -81,17 +138,20 @@ def has_lines(page: Page) -> bool:
     return any(index != PASS_END for index, _ in page.pieces)
 
 
-def _discover(sessions_dir: Path, sessions: list[list[Any]], headers: dict[str, str | None]) -> None:
+def _discover(sessions_dir: Path, sessions: list[list[Any]], headers: dict[str, str | None]) -> bool:
+    """Join the sessions of the tree new in the directory; True when a header was not complete."""
     known = {str(s[0]): i for i, s in enumerate(sessions)}
     try:
         names = [e.name for e in os.scandir(sessions_dir) if e.name not in known]
     except FileNotFoundError:
-        return
+        return True
+    unsettled = False
     pending: dict[str, str | None] = {}
     for name in names:
         if name not in headers:
             header = _first_line(sessions_dir / name / "session.jsonl")
             if header is None:
+                unsettled = True
                 continue  # not materialized yet: look again next pass
             parent = header.get("parentSession")
             headers[name] = parent if isinstance(parent, str) else None
@@ -105,9 +165,10 @@ def _discover(sessions_dir: Path, sessions: list[list[Any]], headers: dict[str, 
                 sessions.append([sid, known[parent], 0])
                 del pending[sid]
                 placed = True
+    return unsettled
 
 
-def _read(path: Path, offset: int, budget: list[int], *, fresh: bool) -> bytes:
+def _read(path: str, offset: int, budget: list[int], *, fresh: bool) -> bytes:
     """The complete lines past `offset` within `budget` ([bytes, lines], spent here). A complete
     line longer than the whole page goes in pieces (only into a page that holds nothing yet)."""
     try:
@@ -283,10 +344,13 @@ class TreeTail(TreeProjection):
         self.sessions_dir = home / "sessions"
         self.cursor = Cursor()
         self._headers: dict[str, str | None] = {}  # session dirs seen outside the tree so far: id -> parent
+        self._quiet = Quiet()
 
-    def poll(self) -> None:
+    def poll(self, *, full: bool = False) -> None:
+        """One pass; `full`: every log, quiet or not (the drain after the run)."""
         while True:
-            page = read_page(self.sessions_dir, self.root_id, self.cursor, self._headers)
+            page = read_page(self.sessions_dir, self.root_id, self.cursor, self._headers, quiet=self._quiet,
+                             full=full, in_place=True)
             self.cursor = page.cursor
             self.feed(page)
             if page.cursor.at == 0:

@@ -78,7 +78,7 @@ class HomeFeed(Feed):
         await asyncio.wait({run}, timeout=interval)  # a periodic read, not an ordering
 
     async def drain(self) -> None:
-        self.tail.poll()
+        self.tail.poll(full=True)
 
     def logs(self) -> dict[str, ReadResult]:
         store = SessionStore(self.home)

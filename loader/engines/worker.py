@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from dsh.loader.engines.homes import home_id, home_queue
 from dsh.loader.engines.link import TurnLink
 from dsh.loader.config import ModelConfig
 from dsh.loader.engines.pages import Page, PageAsk
-from dsh.loader.engines.projection import has_lines, read_page
+from dsh.loader.engines.projection import Quiet, has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
@@ -185,9 +186,10 @@ class TurnActivities:
             headers.clear()  # a cache only: the headers are read again
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ask.wait_seconds
+        quiet = Quiet()  # this long-poll's re-reads leave a big tree's quiet logs to its sweeps
         while True:
-            page = await asyncio.to_thread(read_page, sessions, ask.root_id, ask.cursor, headers,
-                                           ask.max_bytes, ask.max_lines)
+            page = await asyncio.to_thread(functools.partial(
+                read_page, sessions, ask.root_id, ask.cursor, headers, ask.max_bytes, ask.max_lines, quiet=quiet))
             if has_lines(page) or loop.time() >= deadline:
                 return page
             activity.heartbeat()
