@@ -85,14 +85,18 @@ class Quiet:
             stamp = os.stat(sessions_dir).st_mtime_ns
         except FileNotFoundError:
             return True
-        due = full or self.unsettled or stamp != self.stamp or self.passes % SWEEP_EVERY == 0
+        due = full or self.unsettled or stamp != self.stamp or self.sweeping()
         self.stamp = stamp
         return due
+
+    def sweeping(self) -> bool:
+        """This pass reads every log and scans the directory."""
+        return self.passes % SWEEP_EVERY == 0
 
     def indices(self, start: int, sessions: int, full: bool) -> range | list[int]:
         """The logs this pass reads from index `start` on (the rest of a pass goes on as it began)."""
         self.changed.extend([self.passes] * (sessions - len(self.changed)))
-        if full or sessions < QUIET_FROM or self.passes % SWEEP_EVERY == 0:
+        if full or sessions < QUIET_FROM or self.sweeping():
             return range(start, sessions)
         changed, now = self.changed, self.passes - QUIET_PASSES
         return [i for i in range(start, sessions) if changed[i] >= now]
