@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -188,8 +187,8 @@ class TurnActivities:
         deadline = loop.time() + ask.wait_seconds
         quiet = Quiet()  # this long-poll's re-reads leave a big tree's quiet logs to its sweeps
         while True:
-            page = await asyncio.to_thread(functools.partial(
-                read_page, sessions, ask.root_id, ask.cursor, headers, ask.max_bytes, ask.max_lines, quiet=quiet))
+            page = await asyncio.to_thread(read_page, sessions, ask.root_id, ask.cursor, headers,
+                                           ask.max_bytes, ask.max_lines, quiet=quiet)
             if has_lines(page) or loop.time() >= deadline:
                 return page
             activity.heartbeat()

@@ -12,6 +12,7 @@ from dsh.loader.hang_note import HANG_REACHED_EVENT
 from dsh.loader.headless import RunRequest, RunSinks, run_tree
 from dsh.loader.models import ReplayProvider
 from dsh.loader.models.replay import replies_served
+from dsh.loader.session import SessionStore
 from dsh.loader.transcripts import load_transcript
 
 
@@ -88,7 +89,7 @@ async def test_a_resume_after_a_stop_in_a_prefixless_hang_serves_the_next_reply(
     stopped = await run_tree(RunRequest(home=tmp_path / "home", transcript=first.transcript, provider=first,
                                         stop=stop, sinks=RunSinks(on_event=lambda sid, e: streamed.append(e))))
     assert (stopped.stop_reason, stopped.interrupted) == ("aborted", True)
-    logged = [e["type"] for e in _root_events(tmp_path / "home", stopped.root_session_id)]
+    logged = [e["type"] for e in SessionStore(tmp_path / "home").read(stopped.root_session_id).events]
     assert HANG_REACHED_EVENT in logged and [e["type"] for e in streamed] == logged  # the stream is the log
     resumed = await asyncio.wait_for(run_tree(RunRequest(
         home=tmp_path / "home", task="again", transcript=load_transcript(path),
@@ -96,7 +97,3 @@ async def test_a_resume_after_a_stop_in_a_prefixless_hang_serves_the_next_reply(
     assert (resumed.stop_reason, resumed.output, resumed.timed_out, resumed.violations) == (
         "completed", "AFTER", False, [])
 
-
-def _root_events(home: Path, root_id: str) -> list[dict[str, Any]]:
-    lines = (home / "sessions" / root_id / "session.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines[1:]]
