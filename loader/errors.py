@@ -76,6 +76,7 @@ SubagentCode = Literal[
     "BUDGET_EXHAUSTED",  # children per run exhausted (issue 15 finding 9)
     "ENGINE_UNSUPPORTED",  # a tool the Temporal engine does not run yet (issue 12, first slice)
     "ENGINE_RUN_FAILED",  # a child's workflow run failed; its notice says so (engines/settle.py)
+    "RUNNING_LIMIT",  # an agent already runs temporal.maxRunningChildren children (engines/backends.py)
 ]
 TranscriptCode = Literal["TRANSCRIPT_INVALID"]
 ConfigCode = Literal["CONFIG_INVALID", "USAGE", "FENCES_REFUSED", "MISSING_API_KEY", "RESUME_NOT_ROOT",

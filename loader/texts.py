@@ -151,6 +151,7 @@ TEXTS: dict[str, str] = {
     "T-ENGINE-NO-LIVE": "this worker has no live model settings; start it with `dsh worker` (its model.* configuration and key)",
     "T-ENGINE-HOME-ID": "{path} is not a readable home id (a symbolic link, or empty); remove it and start the worker again",
     "T-ENGINE-UNSUPPORTED": "the Temporal engine does not support {what} yet",
+    "T-ENGINE-RUNNING-LIMIT": "{limit} children of this agent are running, the most one agent runs at once on Temporal (temporal.maxRunningChildren); wait for a notice, then try again",
     "T-ENGINE-NOTICE-TOO-LARGE": "[the last reply of {id} is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-RUN-FAILED": "its Temporal run failed (its log shows how far it got: dsh sessions show {id}): {detail}",
     "T-ENGINE-REPORT-TOO-LARGE": "[this report is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",

@@ -141,6 +141,10 @@ class TemporalConfig(_Schema):
     # A turn whose worker went silent this long is retried on another (issue 12 item 5); a live
     # worker heartbeats well within it (per model chunk, and a third of it apart while held).
     heartbeat_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_DURATION_SECONDS)] = 60.0
+    # Children of one agent's workflow run running at once. A server refuses the start command past
+    # `limit.numPendingChildExecutions.error` (2,000 by default) and retries the workflow task
+    # forever: a `subagent` or cold resume past this many is refused with RUNNING_LIMIT instead.
+    max_running_children: Annotated[int, Field(ge=1)] = 2_000
 
 
 class Config(_Schema):

@@ -12,7 +12,8 @@ Knows Temporal only through `WorkflowLink` (implemented in worker.py), so it imp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
@@ -39,14 +40,16 @@ from dsh.loader.subagents import CatalogueEntry, ManagerConfig, report_message
 from dsh.loader.subagents.epochs import next_epoch
 from dsh.loader.texts import render
 
-__all__ = ["WorkflowDelegation", "WorkflowLink", "plain", "raise_refusal", "resume_check"]
+__all__ = ["RunningRoom", "WorkflowDelegation", "WorkflowLink", "plain", "raise_refusal", "resume_check"]
 
 
 class WorkflowLink(Protocol):
     """What a turn asks of the workflows of its tree (updates and signals), and the heartbeat."""
 
     async def poll(self, after: int, interrupts: int) -> PollReply: ...
-    async def start_child(self, request: StartChild) -> None: ...
+    # False: refused, this agent's run already runs `temporal.maxRunningChildren` children.
+    async def start_child(self, request: StartChild) -> bool: ...
+    async def running_children(self) -> int: ...
     async def report(self, delivery: Delivery) -> None: ...
     async def message_child(self, request: MessageChild) -> Answer: ...
     # `target`'s own workflow; None when it runs no workflow (settled, unknown, one-shot).
@@ -73,6 +76,41 @@ def raise_refusal(answer: Answer, **values: object) -> None:
         raise SubagentError(cast(SubagentCode, answer.code), render(answer.text, **values))
 
 
+class RunningRoom:
+    """How many more children a turn may start before it asks its workflow how many run
+    (`temporal.maxRunningChildren`; loader/engines/README.md "Scale"). Only the turn's own starts
+    and cold resumes add running children to its agent's run, and a child that closes only makes
+    room, so a count read once stays a safe bound while every start and resume since is taken off
+    it: the workflow is asked again only when it runs out, and a turn far below the limit never
+    asks. A start still in flight when it asks is counted twice, so near the limit a start may be
+    refused that would just have fit, never admitted past it. The workflow checks again as it
+    starts (residents.py), the last word."""
+
+    def __init__(self, limit: int, known: int) -> None:
+        self.limit = limit
+        self.left = limit - known  # `known`: every child the agent ever started bounds what runs now
+        self.unconfirmed = 0  # admitted, their start not answered yet
+        self._asking = asyncio.Lock()
+
+    async def admit(self, running: Callable[[], Awaitable[int]]) -> bool:
+        async with self._asking:
+            if self.left <= 0:
+                self.left = self.limit - await running() - self.unconfirmed
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            self.unconfirmed += 1
+            return True
+
+    def answered(self) -> None:
+        """An admitted start was answered (started or refused): the workflow counts it now."""
+        self.unconfirmed -= 1
+
+    def resuming(self) -> None:
+        """A `send_message` may cold-resume a child: one more may run."""
+        self.left -= 1
+
+
 class WorkflowDelegation:
     """The tools' backend on Temporal: the same ids, descriptors and messages the manager would
     make, handed to the workflows. `bind` is the replay provider's `bind_child` (or None): a child
@@ -80,8 +118,10 @@ class WorkflowDelegation:
 
     def __init__(self, link: WorkflowLink, config: ManagerConfig, root_id: str, store: SessionStore,
                  bind: Callable[[str, dict[str, Any]], None] | None = None,
-                 listed: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> None:
+                 listed: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+                 room: RunningRoom | None = None) -> None:
         self.link = link
+        self.room = room if room is not None else RunningRoom(2_000, 0)
         self.config = config
         self.root_id = root_id
         self.store = store
@@ -89,6 +129,12 @@ class WorkflowDelegation:
         # Homes (README "Homes"): a child's log is made by its own create activity on its own home,
         # from the header made here; `listed` lists it meanwhile. None: written here, as before.
         self.listed = listed
+
+    async def admit(self, parent: Agent) -> None:
+        """Refuse a `subagent` past `temporal.maxRunningChildren` before anything is charged or
+        written: past the server's pending-children limit its start command would stall the run."""
+        if not await self.room.admit(self.link.running_children):
+            raise SubagentError("RUNNING_LIMIT", render("T-ENGINE-RUNNING-LIMIT", limit=self.room.limit))
 
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
@@ -111,8 +157,13 @@ class WorkflowDelegation:
                 await self.store.close(session)
         else:
             self.listed(header, descriptor)  # its log: made by its create activity, on its home
-        await self.link.start_child(StartChild(child_id=child_id, descriptor=descriptor, prompt=plain(message),
-                                               depth=depth, header=header if self.listed is not None else None))
+        try:
+            started = await self.link.start_child(StartChild(child_id=child_id, descriptor=descriptor, prompt=plain(message),
+                                                             depth=depth, header=header if self.listed is not None else None))
+        finally:
+            self.room.answered()
+        if not started:  # a cold resume from elsewhere took the last place meanwhile
+            raise SubagentError("RUNNING_LIMIT", render("T-ENGINE-RUNNING-LIMIT", limit=self.room.limit))
         if self.bind is not None:
             self.bind(child_id, descriptor)
         return child_id, str(message["id"])
@@ -134,8 +185,9 @@ class WorkflowDelegation:
         cold-resumes a settled one; a refusal carries the manager's code and text."""
         signal.throw_if_aborted()
         message = user_message(content, source)
+        self.room.resuming()
         answer = await self.link.message_child(MessageChild(child_id=child_id, message=plain(message)))
-        raise_refusal(answer, id=child_id, root=self.root_id)
+        raise_refusal(answer, id=child_id, root=self.root_id, limit=self.room.limit)
         return str(message["id"])
 
     async def statuses(self, ids: list[str]) -> dict[str, str] | None:

@@ -88,6 +88,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
         fsync=config.persistence.fsync, task_queue=task_queue, parked=config.run.parked,
         continue_as_new_after=config.temporal.continue_as_new_after, heartbeat_seconds=heartbeat_seconds,
         continue_as_new_updates=config.temporal.continue_as_new_updates,
+        max_running_children=config.temporal.max_running_children,
         max_children=limits.max_children, max_requests=limits.max_requests, max_tokens_total=limits.max_tokens,
     )
 

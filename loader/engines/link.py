@@ -52,7 +52,7 @@ class TurnLink:
         self.seq = seq
         self.source = f"{handle.id}#{seq}"  # this turn, as the fence board knows its facts
         self._others = asyncio.Semaphore(OTHER_UPDATES)
-        self._starts: _Batched[StartChild, None] = _Batched(self._send_starts)
+        self._starts: _Batched[StartChild, bool] = _Batched(self._send_starts)
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
         return await self.handle.execute_update(
@@ -73,12 +73,15 @@ class TurnLink:
         found = await asyncio.gather(*(workflow_children(self.client, self.root.id, i) for i in ids))
         return dict(zip(ids, found, strict=True))
 
-    async def start_child(self, request: StartChild) -> None:
-        await self._starts.ask(request)
+    async def start_child(self, request: StartChild) -> bool:
+        return await self._starts.ask(request)
 
-    async def _send_starts(self, batch: list[StartChild]) -> list[None]:
-        await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch))
-        return [None] * len(batch)
+    async def _send_starts(self, batch: list[StartChild]) -> list[bool]:
+        refused = await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch))
+        return [r.child_id not in (refused or ()) for r in batch]  # None: a worker before RUNNING_LIMIT
+
+    async def running_children(self) -> int:
+        return await self.handle.query(AgentWorkflow.running_children)
 
     async def report(self, delivery: Delivery) -> None:
         async with self._others:

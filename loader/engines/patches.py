@@ -6,7 +6,7 @@ A name is what history records; never rename one."""
 from __future__ import annotations
 
 __all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_CANCEL_PATCH",
-           "ROOT_DRAIN_PATCH", "WATCH_PATCH"]
+           "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -45,3 +45,8 @@ ORPHANS_PATCH = "failed-run-releases-orphans"
 # whose run closed without its notice (terminated by hand) as a failed child with a handle is
 # settled. Before it, nobody heard of such a child and its parent waited for its notice forever.
 WATCH_PATCH = "handleless-children-watched"
+# An agent's run starts no child past `temporal.maxRunningChildren` running at once (its start is
+# refused, RUNNING_LIMIT). Before it, a start past the server's pending-children limit (2,000 by
+# default) was refused by the server at every retry of the workflow task: the run stalled for good.
+# Taken only at the limit, so a run below it records no marker.
+RUNNING_LIMIT_PATCH = "running-children-limited"

@@ -31,7 +31,7 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.calls import await_closed, chain, first_closed, settle_failed
-from dsh.loader.engines.patches import ORPHANS_PATCH, WATCH_PATCH
+from dsh.loader.engines.patches import ORPHANS_PATCH, RUNNING_LIMIT_PATCH, WATCH_PATCH
 from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
@@ -59,6 +59,7 @@ class Residents:
         self.epochs: dict[str, int] = dict(carried.epochs)  # resident child -> its run's epoch
         self.heard: set[str] = set()  # children whose notice entered this run
         self.settling = False  # the watcher settles a child now: the run does not continue as new
+        self.running = 0  # this run's child runs started and not closed (`temporal.maxRunningChildren`)
         self._watcher: asyncio.Task[None] | None = None
 
     def __contains__(self, child_id: object) -> bool:
@@ -126,10 +127,31 @@ class Residents:
 
     # -- commands ---------------------------------------------------------------------------
     async def start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
-                    on_result: Callable[[str, TreeResult], Awaitable[None]], header: dict[str, Any] | None = None) -> None:
+                    on_result: Callable[[str, TreeResult], Awaitable[None]], header: dict[str, Any] | None = None) -> bool:
         """Start the child's epoch `epoch` (pinned to its log's home when a run of this tree heard of
         it; its create activity finds one otherwise); returns once it started, its result awaited by a task
-        that hands it to `on_result` (a failed run is settled from its log first)."""
+        that hands it to `on_result` (a failed run is settled from its log first). False, with no
+        command sent, when this run already runs `temporal.maxRunningChildren` children: past the
+        server's pending-children limit the start command is refused and the run stalls for good."""
+        me = self._input
+        run = me.run
+        # --- admit begin: the limit checked and the start counted, no await between ---
+        if self.running >= run.max_running_children and workflow.patched(RUNNING_LIMIT_PATCH):
+            return False
+        self.running += 1
+        # --- admit end ---
+        try:
+            handle = await self._start_run(child_id, descriptor, first, depth, epoch, header)
+        except BaseException:
+            self.running -= 1
+            raise
+        if self._abandon:
+            self.epochs[child_id] = epoch  # carried: a later run may have to settle it without a handle
+        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)), header)
+        return True
+
+    async def _start_run(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
+                         header: dict[str, Any] | None) -> workflow.ChildWorkflowHandle[Any, TreeResult]:
         me = self._input
         run = me.run
         child = TreeInput(
@@ -160,18 +182,19 @@ class Residents:
                 if not self._abandon or attempt == RESTART_TRIES - 1:
                     raise
                 await workflow.sleep(RESTART_WAIT)
-        if self._abandon:
-            self.epochs[child_id] = epoch  # carried: a later run may have to settle it without a handle
-        self.add(child_id, descriptor, asyncio.create_task(self._settled(child_id, handle, epoch, on_result)), header)
+        return handle
 
     async def _settled(self, child_id: str, handle: workflow.ChildWorkflowHandle[Any, TreeResult], epoch: int,
                        on_result: Callable[[str, TreeResult], Awaitable[None]]) -> None:
         try:
             result = await handle
         except ChildWorkflowError as exc:
+            self.running -= 1  # closed
             # Its run failed, so no turn returned its notice (README "Failed child runs"): the
             # epoch is settled `error` from its log, with the epoch's one notice id, once here.
             result = await self._settle_failed(child_id, epoch, chain(exc))
+        else:
+            self.running -= 1
         await on_result(child_id, result)
 
     async def _settle_failed(self, child_id: str, epoch: int | None, failure: str) -> TreeResult:

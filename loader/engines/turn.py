@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, AgentOptions, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
 from dsh.loader.agent import Message
-from dsh.loader.engines.backends import WorkflowDelegation, WorkflowLink, plain
+from dsh.loader.engines.backends import RunningRoom, WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.failed_text import KeepFailedText
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
 from dsh.loader.engines.logs import Elsewhere, header_of
@@ -251,7 +251,8 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         tree.catalogue = elsewhere
     tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store,
                                          bind=replay.bind_child if replay is not None else None,
-                                         listed=elsewhere.add if elsewhere is not None else None)
+                                         listed=elsewhere.add if elsewhere is not None else None,
+                                         room=RunningRoom(run.max_running_children, len(spec.children)))
     fences: Fences | None = None
     script = replay.transcript.spec if replay is not None else None
     if replay is not None and script is not None and ((script.fences and run.fences_allowed) or script.user):

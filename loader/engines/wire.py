@@ -88,6 +88,9 @@ class RunSpec:
     # (a server caps a run at `history.maxTotalUpdates`, 2,000 by default; a turn needs headroom).
     continue_as_new_updates: int = 1_000
     heartbeat_seconds: float = HEARTBEAT_TIMEOUT.total_seconds()  # temporal.heartbeatTimeoutSeconds
+    # temporal.maxRunningChildren: an agent's run starts no more children at once (the server's
+    # pending-children limit, 2,000 by default, would refuse the start command and stall the run).
+    max_running_children: int = 2_000
     # No transcript: the worker's live provider (its own model.* settings and key; README "Live
     # providers"). Only the model's name crosses the wire, never an endpoint's key.
     max_children: int = 200  # limits.*: the tree's run budget, kept by the root workflow

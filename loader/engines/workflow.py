@@ -284,7 +284,8 @@ class AgentWorkflow(RunEnds):
             if child_id in self._residents:
                 continue  # a parallel send resumed it meanwhile
             assert found.descriptor is not None
-            await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch, found.header)
+            if not await self._start(child_id, found.descriptor, delivery, found.depth, found.epoch, found.header):
+                return Answer(code="RUNNING_LIMIT", text="T-ENGINE-RUNNING-LIMIT")  # nothing was written
             return Answer(status="started")
 
     @workflow.update
@@ -359,19 +360,28 @@ class AgentWorkflow(RunEnds):
         await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1, request.header)
 
     @workflow.update
-    async def start_children(self, requests: list[StartChild]) -> None:
+    async def start_children(self, requests: list[StartChild]) -> list[str]:
         """`subagent` calls of a running turn, batched: one update starts them all (their start
         commands go out in one workflow task) and returns once every one has started. Temporal
         holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
-        refused starts at N=300 (issue 12 item 7)."""
+        refused starts at N=300 (issue 12 item 7). Answers the ids refused for the running limit
+        (`temporal.maxRunningChildren`; the turn admits none past it, so only a parallel cold
+        resume from elsewhere can leave one here)."""
         self._s.updates += 1
         fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
-        await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1, r.header)
-                               for r in fresh))
+        started = await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1, r.header)
+                                         for r in fresh))
+        return [r.child_id for r, ok in zip(fresh, started, strict=True) if not ok]
+
+    @workflow.query
+    def running_children(self) -> int:
+        """This run's children running now (started, not closed): what a turn near
+        `temporal.maxRunningChildren` asks before it admits another `subagent`."""
+        return self._residents.running
 
     async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
-                     header: dict[str, Any] | None = None) -> None:
-        await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle, header)
+                     header: dict[str, Any] | None = None) -> bool:
+        return await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle, header)
 
     @workflow.signal
     def homed(self, session_id: str, queue: str) -> None:

@@ -24,6 +24,10 @@ class Delegation(Protocol):
     engine starts child workflows, delivers and interrupts through them and relays reports,
     loader/engines/README.md). The tools' texts and values are the same either way."""
 
+    async def admit(self, parent: Agent) -> None:
+        """Refuse a background spawn the engine cannot run now (before the budget is charged)."""
+        ...
+
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
     ) -> tuple[str, str]: ...
@@ -52,6 +56,9 @@ class LocalDelegation:
 
     def __init__(self, manager: ContinuationManager) -> None:
         self.manager = manager
+
+    async def admit(self, parent: Agent) -> None:
+        return None  # the local manager runs every child it starts
 
     async def start_continuable(
         self, parent: Agent, label: str, prompt: str, spawn_call_id: str | None, signal: AbortSignal
@@ -93,6 +100,8 @@ class SubagentTool:
         self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
+        if args.run_in_background:  # refused here, before anything is charged or created
+            await self.delegation.admit(exec.agent)
         if self.budget is not None:  # refused here, before the manager creates anything
             await self.budget.charge_child()
         if args.run_in_background:

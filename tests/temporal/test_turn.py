@@ -87,8 +87,12 @@ class RecordingLink:
         self.listed.append(list(ids))
         return {i: "parked" for i in ids}
 
-    async def start_child(self, request: StartChild) -> None:
+    async def start_child(self, request: StartChild) -> bool:
         self.children.append(request)
+        return True
+
+    async def running_children(self) -> int:
+        return len(self.children)
 
     async def report(self, delivery: Delivery) -> None:
         raise AssertionError("the root does not report")
