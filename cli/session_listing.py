@@ -22,12 +22,13 @@ _COLUMNS = (("ID", "id"), ("CREATED", "createdAt"), ("STATE", "state"), ("LAST S
             ("TURNS", "turns"), ("LABEL", "label"), ("TASK", "task"))
 
 
-def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+def list_rows(home: Path, *, live_only: bool = False, roots_only: bool = False, limit: int | None = None,
+              engine: str | None = None) -> list[dict[str, Any]]:
     from dsh.loader.errors import DshError
     from dsh.loader.session import read, unmaterialized_ids
 
     headers = read_headers(home)
-    liveness = Liveness(home)
+    liveness = Liveness(home, engine)
     rows: list[dict[str, Any]] = []
     # Creation order; a parent before a child made in the same millisecond (its delegation depth).
     for sid, header in sorted(headers.items(), key=lambda kv: (kv[1].get("createdAt", 0), _depth(kv[1]), kv[0])):
@@ -56,17 +57,17 @@ def _depth(header_or_row: dict[str, Any]) -> int:
 
 
 def merged_rows(homes: list[Path], *, live_only: bool = False, roots_only: bool = False,
-                limit: int | None = None) -> list[dict[str, Any]]:
+                limit: int | None = None, engine: str | None = None) -> list[dict[str, Any]]:
     """`list_rows` over several homes (the client's, then the trees gathered from the workers'
     homes, `session_homes.listed_homes`): one row per session (a log is whole in one home; the
     first home's row stands), in creation order, `limit` over them all, the client home's
     unmaterialized rows last."""
     if len(homes) == 1:
-        return list_rows(homes[0], live_only=live_only, roots_only=roots_only, limit=limit)
+        return list_rows(homes[0], live_only=live_only, roots_only=roots_only, limit=limit, engine=engine)
     rows: dict[str, dict[str, Any]] = {}
     unmaterialized: list[dict[str, Any]] = []
     for i, home in enumerate(homes):
-        for row in list_rows(home, live_only=live_only, roots_only=roots_only):
+        for row in list_rows(home, live_only=live_only, roots_only=roots_only, engine=engine):
             if row["state"] == "unmaterialized":
                 if i == 0:
                     unmaterialized.append(row)
@@ -78,13 +79,13 @@ def merged_rows(homes: list[Path], *, live_only: bool = False, roots_only: bool 
     return ordered + unmaterialized
 
 
-def tree_rows(home: Path, session_id: str) -> list[dict[str, Any]]:
+def tree_rows(home: Path, session_id: str, engine: str | None = None) -> list[dict[str, Any]]:
     """`session_id` and its descendants in preorder, children oldest first; a cycle is walked once."""
     from dsh.loader.errors import DshError
     from dsh.loader.session import read
 
     headers = read_headers(home)
-    liveness = Liveness(home)
+    liveness = Liveness(home, engine)
     children: dict[str, list[str]] = {}
     for sid, header in headers.items():
         parent = header.get("parentSession")

@@ -72,8 +72,9 @@ class Liveness:
     the Temporal engine serves no socket: with `engine: temporal` configured, its root workflow
     answers `run.status` through the client instead (issue 12; loader/engines/control.py)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, engine: str | None = None) -> None:
         self.home = home
+        self.engine = engine  # `--engine`: local never asks the server, temporal asks it whatever is configured
         self._cache: dict[str, dict[str, Any] | None] = {}
         self._temporal: Any = False  # the `temporal` settings to ask, None for none; False until needed
 
@@ -89,7 +90,7 @@ class Liveness:
 
     def _temporal_status(self, root_id: str) -> dict[str, Any] | None:
         if self._temporal is False:
-            self._temporal = configured_temporal()
+            self._temporal = None if self.engine == "local" else configured_temporal(forced=self.engine == "temporal")
         temporal = self._temporal
         if temporal is None:
             return None
@@ -121,11 +122,12 @@ class Liveness:
         return True, found if isinstance(found, str) else "saved"
 
 
-def configured_temporal() -> Any:
-    """The composed `temporal` settings when the configuration says `engine: temporal`, else None
-    (without a `DSH_*` variable the default profile's engine, local, is answered without composing;
-    a configuration that does not compose lists as not live rather than failing the listing)."""
-    if not any(name.startswith("DSH_") for name in os.environ):
+def configured_temporal(forced: bool = False) -> Any:
+    """The composed `temporal` settings when the configuration says `engine: temporal` (or `forced`,
+    `--engine temporal`), else None (without a `DSH_*` variable the default profile's engine, local,
+    is answered without composing; a configuration that does not compose lists as not live rather
+    than failing the listing)."""
+    if not forced and not any(name.startswith("DSH_") for name in os.environ):
         return None
     from dsh.loader.config import compose
     from dsh.loader.errors import DshError
@@ -134,7 +136,7 @@ def configured_temporal() -> Any:
         config = compose().config
     except DshError:
         return None
-    return config.temporal if config.engine == "temporal" else None
+    return config.temporal if forced or config.engine == "temporal" else None
 
 
 def clip(text: str, width: int = TASK_WIDTH) -> str:

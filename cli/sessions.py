@@ -73,7 +73,7 @@ def list_sessions(
     from dsh.cli.session_listing import merged_rows, print_rows
 
     with listed_homes(resolve_home(home), engine) as homes:
-        rows = merged_rows(homes, live_only=live_only, roots_only=roots_only, limit=limit)
+        rows = merged_rows(homes, live_only=live_only, roots_only=roots_only, limit=limit, engine=engine)
     print_rows(rows, json_output=json_output)
 
 
@@ -170,7 +170,7 @@ def tree(
     root_dir = resolve_home(home)
     with viewed_home(root_dir, session_id, engine, "tree") as view:
         _read(view, session_id, root_dir)
-        rows = tree_rows(view, session_id)
+        rows = tree_rows(view, session_id, engine)
     print_tree(rows, json_output=json_output)
 
 

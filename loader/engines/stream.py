@@ -29,7 +29,7 @@ from dsh.loader.session import ReadResult, SessionStore
 from dsh.loader.session.repair import parse
 from dsh.loader.sinks import RunSinks
 
-__all__ = ["LONG_POLL", "Feed", "HomeFeed", "ServerFeed", "StreamMode", "choose_feed"]
+__all__ = ["HOMES_RPC", "LONG_POLL", "Feed", "HomeFeed", "ServerFeed", "StreamMode", "choose_feed"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class ServerFeed(Feed):
 
     def __init__(self, client: Client, task_queue: str, home: Path, projection: TreeProjection,
                  *, max_bytes: int = PAGE_BYTES, max_lines: int = PAGE_LINES, long_poll: float = LONG_POLL,
-                 page_run: timedelta = PAGE_RUN) -> None:
+                 page_run: timedelta = PAGE_RUN, homes_rpc: timedelta = HOMES_RPC) -> None:
         self.client = client
         self.task_queue = task_queue
         self.home = str(home.resolve())
@@ -105,13 +105,14 @@ class ServerFeed(Feed):
         self.pages = 0
         self.max_bytes, self.max_lines, self.long_poll = max_bytes, max_lines, long_poll
         self.page_run = page_run
+        self.homes_rpc = homes_rpc  # the root's `homes` query waits this long for a worker
 
     async def homes(self) -> list[str]:
         """The home queues of the tree's sessions, as the root heard of them (README "Homes");
         [] before homes (or before the root's first activity): the shared queue."""
         try:
             found: list[str] = await self.client.get_workflow_handle(self.projection.root_id).query(
-                "homes", result_type=list[str], rpc_timeout=HOMES_RPC)
+                "homes", result_type=list[str], rpc_timeout=self.homes_rpc)
         except Exception as exc:  # a root of a worker without homes, or not started yet
             logger.debug("no homes of %s: %r", self.projection.root_id, exc)
             return []

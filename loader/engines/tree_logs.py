@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.engines.homes import HOME_ID_FILE, home_queue
 from dsh.loader.engines.projection import TreeProjection
-from dsh.loader.engines.stream import ServerFeed, root_log_visible
+from dsh.loader.engines.stream import HOMES_RPC, ServerFeed, root_log_visible
 from dsh.loader.ids import check_session_id, is_valid_session_id
 from dsh.loader.sinks import RunSinks
 from dsh.loader.texts import render
@@ -99,7 +99,9 @@ async def gather(client: Client, task_queue: str, home: Path, root_id: str,
     """Every session log of the tree, by session id, read over the server from each of its homes
     (complete passes until one brings nothing new, as the stream's final drain). A page no worker
     read within `page_run` raises TimeoutError (T-ENGINE-NO-PAGES) instead of waiting on."""
-    feed = ServerFeed(client, task_queue, home, TreeProjection(root_id, RunSinks(), keep=True), page_run=page_run)
+    # No worker answers the root's `homes` query either then: it waits no longer than a page would.
+    feed = ServerFeed(client, task_queue, home, TreeProjection(root_id, RunSinks(), keep=True), page_run=page_run,
+                      homes_rpc=min(HOMES_RPC, page_run))
     try:
         await feed.drain()
     except WorkflowFailureError as exc:

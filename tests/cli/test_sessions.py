@@ -328,3 +328,30 @@ async def test_a_parent_is_listed_before_a_child_made_in_the_same_millisecond(tm
 
     assert [r["id"] for r in list_rows(tmp_path / "home")] == [root, child]
     assert [r["id"] for r in merged_rows([tmp_path / "home", tmp_path / "none"])] == [root, child]
+
+
+def test_engine_local_never_asks_the_temporal_server_and_engine_temporal_asks_whatever_is_configured(
+    home, tree_home, monkeypatch
+):
+    """`--engine local` reads the home as the local engine: a root whose socket does not answer is
+    saved, with no question to a Temporal server even when `engine: temporal` is configured (that
+    question imported temporalio and tried the server: 0.9 s instead of 0.4 s per view). `--engine
+    temporal` asks the server whatever the configuration's engine is."""
+    from dsh.cli import session_listing, session_rows
+
+    root, child = tree_home
+    asked: list[bool] = []
+
+    def configured(forced: bool = False) -> None:
+        asked.append(forced)
+        return None  # no server to ask: not live
+
+    monkeypatch.setattr(session_rows, "configured_temporal", configured)
+    monkeypatch.setenv("DSH_ENGINE", "temporal")
+    local = session_listing.list_rows(home, engine="local")
+    assert [(r["id"], r["state"]) for r in local] == [(root, "saved"), (child, "saved")]
+    assert session_listing.tree_rows(home, root, "local")[0]["state"] == "saved"
+    assert asked == []
+    session_listing.list_rows(home, engine="temporal")
+    session_listing.list_rows(home)
+    assert asked == [True, False]  # once per listing: the first root that no socket serves asks

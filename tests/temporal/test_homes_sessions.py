@@ -90,7 +90,9 @@ async def test_sessions_show_and_tree_read_every_home_as_one_home_holding_all_th
         result = await asyncio.wait_for(run_tree_temporal(request, queue, client), BACKSTOP)
         root = result.root_session_id
         found = [sessions_in(h) for h in homes]
-        children = sorted((found[0] | found[1]) - {root})
+        # Two children's `show` (each view is a CLI process that imports temporalio: ~1.3 s of CPU):
+        # every `show` reads the gathered home by the same code, so more children test nothing more.
+        children = sorted((found[0] | found[1]) - {root})[:2]
         if spread:  # a child on each home, the root on one: no single home holds the tree
             assert found[0] - {root} and found[1] - {root}, found
             children = [min(found[0] - {root}), min(found[1] - {root})]
