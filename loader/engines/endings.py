@@ -54,6 +54,18 @@ class RunEnds:
                 self._s.interrupts.setdefault(self._s.ended, []).append(
                     InterruptAt(len(self._queue), {"kind": "user"}))
 
+    async def _notice_out(self, result: TreeResult) -> None:
+        """A child's epoch ends: its notice goes by signal only when the result cannot reach the run
+        that started it (QUIET_SETTLE_PATCH; README "Continue-as-new"). The caller returns the
+        result right after, so the check and the run's completion are one synchronous span: a
+        `parent_moved` signal arriving meanwhile fails that completion, and the task that replays
+        it applies the signal before the run resumes (the SDK applies signals before resolutions)."""
+        # --- settle begin: whether the starting run is gone, read as the run returns, no await between ---
+        if not self._input.quiet_settle or self._s.parent_moved or self._s.releasing:
+            # A released child's parent may be gone too (terminated by hand: README "Failed child runs").
+            await self._tell_parent(result)
+        # --- settle end ---
+
     async def _tell_parent(self, result: TreeResult) -> None:
         """The notice to the parent's current run (it may have continued as new since it started
         this one, and a closed run's child result goes nowhere); the parent enters it once, by its
@@ -101,8 +113,14 @@ class RunEnds:
             await workflow.wait_condition(lambda: self._s.calls == 0)
             self._s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
+        while self._residents.untold():
+            # Children started by this run return their result to it: told, they signal it instead.
+            await self._residents.tell_moved()
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        # --- handover begin: every child with a handle told, and the run continued, no await between ---
         if self._s.continue_due():
             workflow.continue_as_new(self._s.carry(runs, self._homes))
+        # --- handover end ---
         self._s.handing_over = False
 
     # -- a turn that does not return --------------------------------------------------------

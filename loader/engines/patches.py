@@ -6,7 +6,7 @@ A name is what history records; never rename one."""
 from __future__ import annotations
 
 __all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_CANCEL_PATCH",
-           "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "WATCH_PATCH"]
+           "QUIET_SETTLE_PATCH", "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -50,3 +50,12 @@ WATCH_PATCH = "handleless-children-watched"
 # default) was refused by the server at every retry of the workflow task: the run stalled for good.
 # Taken only at the limit, so a run below it records no marker.
 RUNNING_LIMIT_PATCH = "running-children-limited"
+# A child signals its notice (`settled`) only when the run that started it is gone: its parent, as
+# it continues as new, tells each resident child it holds a handle to (signal `parent_moved`; one
+# whose run already closed is awaited instead, its result coming to this run), and a released
+# child signals too (its parent may be terminated). Otherwise the result reaches the run that
+# started it, which enters it. Asked at a run's first child start, whose input says so
+# (`TreeInput.quiet_settle`): a child started before it, or by a run before it, always signals.
+# Before it, every child signalled its notice and returned it too: one more signal, three history
+# events and two workflow tasks per child, the notice entered once.
+QUIET_SETTLE_PATCH = "settled-only-when-moved"

@@ -62,6 +62,9 @@ class Residency:
         self.violations: list[dict[str, Any]] = list(carried.violations)
         self.engaged: list[bool] = list(carried.fences_engaged)
         self.seen = carried.seen  # the parent's follow-ups this residency has received (ChildState.seen)
+        # A child: the parent's run that started this epoch continued as new (signal `parent_moved`),
+        # so only a signal carries the notice to it (QUIET_SETTLE_PATCH).
+        self.parent_moved = carried.parent_moved
 
     def result(self, last: TurnResult | None) -> TreeResult:
         input = self.input
@@ -101,7 +104,8 @@ class Residency:
     def carry(self, runs: int, homes: Homes) -> TreeInput:
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
                           violations=list(self.violations), fences_engaged=list(self.engaged), agent_key=self.key,
-                          runs=runs + 1, seen=self.seen, **self.residents.carry(), **self.ledger.carry(),
+                          runs=runs + 1, seen=self.seen, parent_moved=self.parent_moved,
+                          **self.residents.carry(), **self.ledger.carry(),
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
                           quiet=max(0, self.queue.quiet - self.queue.handed), **homes.carry())
         return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried,

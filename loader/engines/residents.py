@@ -31,7 +31,7 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.calls import await_closed, chain, first_closed, settle_failed
-from dsh.loader.engines.patches import ORPHANS_PATCH, RUNNING_LIMIT_PATCH, WATCH_PATCH
+from dsh.loader.engines.patches import ORPHANS_PATCH, QUIET_SETTLE_PATCH, RUNNING_LIMIT_PATCH, WATCH_PATCH
 from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
@@ -60,6 +60,8 @@ class Residents:
         self.heard: set[str] = set()  # children whose notice entered this run
         self.settling = False  # the watcher settles a child now: the run does not continue as new
         self.running = 0  # this run's child runs started and not closed (`temporal.maxRunningChildren`)
+        self.told: set[str] = set()  # children with a handle here told this run continues as new
+        self._quiet: bool | None = None  # QUIET_SETTLE_PATCH, asked at this run's first child start
         self._watcher: asyncio.Task[None] | None = None
 
     def __contains__(self, child_id: object) -> bool:
@@ -77,6 +79,7 @@ class Residents:
             self._started_ids.add(child_id)
             self.started.append(ChildRef(child_id=child_id, descriptor=descriptor, header=header))
         self.tasks[child_id] = task
+        self.told.discard(child_id)  # a new epoch's run knows nothing of this run's moves
 
     def delivered(self, child_id: str) -> None:
         """A follow-up reached the child's residency."""
@@ -120,6 +123,31 @@ class Residents:
         return {"children": list(self.started), "resident": list(self.tasks), "sent": dict(self.sent),
                 "stalled": list(self.stalled.values()), "epochs": dict(self.epochs)}
 
+    def untold(self) -> list[str]:
+        """The resident children this run started or resumed (it holds their handle) not yet told
+        that it continues as new: their result would reach no one."""
+        if not self._quiet:  # children started before the patch signal their notice anyway
+            return []
+        return [c for c, task in self.tasks.items() if task is not None and c not in self.told]
+
+    async def tell_moved(self) -> None:
+        """Before this run continues as new (QUIET_SETTLE_PATCH): each child it holds a handle to
+        is told (signal `parent_moved`), so it signals its notice to the workflow id. A child whose
+        run has already closed cannot be told, and its result comes to this run, which is still
+        open: it is awaited here, so its notice enters before the run continues."""
+        root = self._input.run.root_id
+        children = self.untold()
+        self.told.update(children)
+        outcomes = await asyncio.gather(
+            *(workflow.get_external_workflow_handle(child_workflow_id(root, c)).signal("parent_moved") for c in children),
+            return_exceptions=True)
+        for child_id, outcome in zip(children, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            task = self.tasks.get(child_id)
+            if isinstance(outcome, BaseException) and task is not None:
+                await task  # closed, its result on the way here: entered, then it is resident no more
+
     def handleless(self) -> list[str]:
         """The resident children no handle of this run awaits (an earlier run started them) whose
         notice has not entered: only the watcher hears a run of theirs that closes without one."""
@@ -154,10 +182,12 @@ class Residents:
                          header: dict[str, Any] | None) -> workflow.ChildWorkflowHandle[Any, TreeResult]:
         me = self._input
         run = me.run
+        if self._abandon and self._quiet is None:
+            self._quiet = workflow.patched(QUIET_SETTLE_PATCH)
         child = TreeInput(
             run=run, session_id=child_id, deliveries=[first],
             parent_id=me.session_id, depth=depth, descriptor=descriptor,
-            epoch=epoch, cwd=me.cwd, ancestors=[*me.ancestors, me.session_id],
+            epoch=epoch, cwd=me.cwd, ancestors=[*me.ancestors, me.session_id], quiet_settle=bool(self._quiet),
         )
         if self._homes.enabled:  # not in the input of a run recorded before HOMES_PATCH
             child = dataclasses.replace(child, home_queue=self._homes.of(child_id), header=header,

@@ -136,6 +136,10 @@ class TreeInput:
     # An earlier run of this session ran its create activity, which answered no home queue (workers
     # without a home): its log is where the shared queue's workers write, so none runs again.
     claimed: bool = False
+    # Its parent tells it when the run that started it continues as new (QUIET_SETTLE_PATCH): until
+    # then its result reaches that run, and it signals its notice only once told (or released).
+    # False (started by a run before the patch): it always signals.
+    quiet_settle: bool = False
 
 
 @dataclass
@@ -168,6 +172,7 @@ class Carried:
     heard_homes: dict[str, list[str]] = field(default_factory=dict)  # child -> the homes its last run knew
     epochs: dict[str, int] = field(default_factory=dict)  # resident child -> the epoch its run is (WATCH_PATCH)
     homeless: list[str] = field(default_factory=list)  # children claimed with no home queue (CLAIM_KEPT_PATCH)
+    parent_moved: bool = False  # a child: the parent's run that started this epoch is gone (QUIET_SETTLE_PATCH)
 
 
 @dataclass

@@ -139,7 +139,7 @@ class AgentWorkflow(RunEnds):
         result.claimed = self._homes.claimed
         result.known_homes = list(self._homes.known) if self._homes.enabled else []
         if input.parent_id is not None and self._s.anywhere:
-            await self._tell_parent(result)
+            await self._notice_out(result)  # awaits nothing when the run that started it is current
         return result
 
     async def _turn(self, release: bool = False) -> TurnResult:
@@ -181,6 +181,12 @@ class AgentWorkflow(RunEnds):
             self._residents.release_all()
             for cause in [{"kind": "parent"}] if self._s.running else []:
                 self._s.interrupts.setdefault(self._s.ended, []).append(InterruptAt(len(self._queue), cause))
+
+    @workflow.signal
+    def parent_moved(self) -> None:
+        """The parent's run that started this epoch continues as new: this run's result would reach
+        no one, so its notice goes to the parent's workflow id by signal `settled` (QUIET_SETTLE_PATCH)."""
+        self._s.parent_moved = True
 
     @workflow.query
     def status(self) -> str:
