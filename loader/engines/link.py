@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 # updates (send_message, report) on its workflow, so callers from elsewhere (interrupts, `dsh send`,
 # other turns' board polls on the root) keep room.
 OTHER_UPDATES = 4
+# A turn whose run has spent its updates asks for deliveries by query this often: a notice or an
+# interrupt reaches it at most this late (a long-poll update answers at once).
+QUERY_POLL = 0.25
 
 
 class TurnLink:
@@ -53,10 +56,21 @@ class TurnLink:
         self.source = f"{handle.id}#{seq}"  # this turn, as the fence board knows its facts
         self._others = asyncio.Semaphore(OTHER_UPDATES)
         self._starts: _Batched[StartChild, bool] = _Batched(self._send_starts)
+        self._by_query = False  # the run's updates are spent: poll by query (`poll`)
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
-        return await self.handle.execute_update(
-            AgentWorkflow.deliveries_after, Poll(seq=self.seq, after=after, interrupts=interrupts))
+        """The turn's long-poll (update `deliveries_after`); once the run's updates are spent
+        (`PollReply.spent`), a query asked every `QUERY_POLL` seconds until it answers something."""
+        poll = Poll(seq=self.seq, after=after, interrupts=interrupts)
+        if not self._by_query:
+            reply = await self.handle.execute_update(AgentWorkflow.deliveries_after, poll)
+            self._by_query = reply.spent
+            return reply
+        while True:
+            reply = await self.handle.query(AgentWorkflow.deliveries_now, poll)
+            if reply.deliveries or reply.interrupts or reply.ended:
+                return reply
+            await asyncio.sleep(QUERY_POLL)  # a query cannot wait for the next delivery: asked again
 
     async def message_child(self, request: MessageChild) -> Answer:
         async with self._others:

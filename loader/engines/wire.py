@@ -235,6 +235,11 @@ class InterruptAt:
 class PollReply:
     deliveries: list[Delivery] = field(default_factory=list)
     interrupts: list[InterruptAt] = field(default_factory=list)
+    # The run has taken `temporal.continueAsNewUpdates` updates and the turn cannot end it now: the
+    # turn asks by query from here (query `deliveries_now`), so a long turn's polls do not spend
+    # the updates a server allows one run (`history.maxTotalUpdates`, 2,000 by default).
+    spent: bool = False
+    ended: bool = False  # the turn has ended (a query's answer; the update's is empty then)
 
 
 @dataclass

@@ -222,10 +222,20 @@ class AgentWorkflow(RunEnds):
 
         await workflow.wait_condition(
             lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
+        return self._poll_reply(poll)
+
+    @workflow.query
+    def deliveries_now(self, poll: Poll) -> PollReply:
+        """The running turn's poll once its run's updates are spent (`PollReply.spent`): what
+        `deliveries_after` would answer now, without waiting (a query adds nothing to history)."""
+        return self._poll_reply(poll)
+
+    def _poll_reply(self, poll: Poll) -> PollReply:
         if self._s.ended > poll.seq:
-            return PollReply()
+            return PollReply(ended=True)
         page = self._queue.page(poll.after) if self._s.paged else self._queue.after(poll.after)
-        return PollReply(deliveries=page, interrupts=unseen())
+        return PollReply(deliveries=page, interrupts=self._s.interrupts.get(poll.seq, [])[poll.interrupts:],
+                         spent=self._s.updates >= self._input.run.continue_as_new_updates)
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:

@@ -9,7 +9,9 @@ Here the server's cap is `UPDATE_CAP` and both engines run each transcript:
   may take, so the root continues as new (`temporal.continueAsNewUpdates`) with children resident,
   and each notice arrives once, in the local engine's order;
 - one agent whose conversation makes more model requests than the cap: each request is a charge
-  of the tree's budget, which is no longer an update, and the result's `budget` is the local one's.
+  of the tree's budget, which is no longer an update, and the result's `budget` is the local one's;
+- one root turn whose fan-out's notices, one long-poll answer each, would pass the cap: past
+  `temporal.continueAsNewUpdates` the turn polls by query (`PollReply.spent`).
 """
 
 from __future__ import annotations
@@ -119,3 +121,39 @@ async def test_a_conversation_of_more_model_requests_than_the_update_cap_keeps_t
     assert (remote.stop_reason, remote.output, remote.violations, remote.exit_code) == ("completed", "LOOKED", [], 0)
     assert settlement_facts(remote_flow) == settlement_facts(local_flow)
     assert remote.budget == local.budget and local.budget["requests"] == STEPS
+
+
+def fan_out(n: int) -> str:
+    """One root turn that starts n children and waits in its second step for all n notices
+    (benchmarks/fanout.py's): they are steered into that step, whose reply opens a third."""
+    calls = [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": f"Reply with W{i}."}}
+             for i in range(1, n + 1)]
+    agents: dict[str, Any] = {"root": {"replies": [{"toolCalls": calls}, {"text": "STARTED"}, {"text": "ALL_RECEIVED"}]}}
+    agents.update({f"w{i}": {"spawnedBy": f"c{i}", "replies": [{"text": f"W{i}_DONE"}]} for i in range(1, n + 1)})
+    fences = [{"hold": {"agent": "root", "turn": 1, "step": 2,
+                        "until": {"inboxAccepted": {"agent": "root", "kind": "subagent-settled", "count": n}}}}]
+    return json.dumps({"version": 1, "name": f"fan-out-{n}", "task": "Fan out.", "fences": fences, "agents": agents})
+
+
+FAN_OUT = 120  # children of one root turn: polled by update, their notices pass UPDATE_CAP (60 do not)
+
+
+async def test_one_turn_whose_polls_would_pass_the_update_cap_polls_by_query_and_loses_nothing(
+    capped: Client, tmp_path: Path
+) -> None:
+    """A turn cannot continue as new, and each notice steered into it was one answer of its
+    long-poll update: past the run's cap the server refused the polls (so the held step never saw
+    its notices, FENCE_TIMEOUT) and the later child starts (children never run, REPLAY_UNCONSUMED).
+    Once the run has taken `temporal.continueAsNewUpdates` updates, the turn polls by query."""
+    runs = await asyncio.wait_for(both(capped, tmp_path, fan_out(FAN_OUT), {}, temporal={"continue_as_new_updates": 10}),
+                                  BACKSTOP)
+    (local, local_flow), (remote, remote_flow) = runs
+    assert (remote.stop_reason, remote.output, remote.violations) == ("completed", "ALL_RECEIVED", [])
+    local_facts, remote_facts = settlement_facts(local_flow), settlement_facts(remote_flow)
+    assert remote_facts["turn_ends"] == local_facts["turn_ends"] and remote_facts["result"] == local_facts["result"]
+    # Every notice once, all in the held step (their order is the settlement race on either engine).
+    notices = root_notices(tmp_path / "temporal", remote.root_session_id)
+    assert sorted(notices) == sorted(s["sessionId"] for s in remote.subagents) and len(notices) == FAN_OUT
+    history = await capped.get_workflow_handle(remote.root_session_id).fetch_history()
+    accepted = [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+    assert len(accepted) < UPDATE_CAP  # 19 here: the polls past continueAsNewUpdates were queries
