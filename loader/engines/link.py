@@ -60,16 +60,36 @@ class TurnLink:
 
     async def poll(self, after: int, interrupts: int) -> PollReply:
         """The turn's long-poll (update `deliveries_after`); once the run's updates are spent
-        (`PollReply.spent`), a query asked every `QUERY_POLL` seconds until it answers something."""
+        (`PollReply.spent`), or an update poll failed, a query asked every `QUERY_POLL` seconds
+        until it answers something. Both are read-only, so a failed one is asked again: a poll
+        that raised would leave the rest of the turn without its deliveries and interrupts."""
         poll = Poll(seq=self.seq, after=after, interrupts=interrupts)
         if not self._by_query:
-            reply = await self.handle.execute_update(AgentWorkflow.deliveries_after, poll)
-            self._by_query = reply.spent
-            return reply
-        while True:
-            reply = await self.handle.query(AgentWorkflow.deliveries_now, poll)
-            if reply.deliveries or reply.interrupts or reply.ended:
+            try:
+                reply = await self.handle.execute_update(AgentWorkflow.deliveries_after, poll)
+            except Exception as exc:
+                _unless_cancelled(exc)
+                # Refused (the run's updates spent elsewhere, a server under load): by query from now.
+                logger.warning("the long-poll of %s failed, polling by query: %r", self.handle.id, exc)
+                self._by_query = True
+            else:
+                self._by_query = reply.spent
                 return reply
+        failing = 0
+        while True:
+            try:
+                reply = await self.handle.query(AgentWorkflow.deliveries_now, poll)
+            except Exception as exc:
+                _unless_cancelled(exc)
+                # A query waits for the worker to answer it, and a busy one (a big fan-out's
+                # activations in the same process) can time it out: the next one is asked anyway.
+                failing += 1
+                if failing == 1 or failing % 100 == 0:
+                    logger.warning("polling %s by query failed (%d in a row): %r", self.handle.id, failing, exc)
+            else:
+                failing = 0
+                if reply.deliveries or reply.interrupts or reply.ended:
+                    return reply
             await asyncio.sleep(QUERY_POLL)  # a query cannot wait for the next delivery: asked again
 
     async def message_child(self, request: MessageChild) -> Answer:
@@ -115,6 +135,14 @@ class TurnLink:
             await self.root.signal(AgentWorkflow.spent, charge.tokens)
             return Charged()
         return await _charges(self.root).ask(charge)
+
+
+def _unless_cancelled(exc: Exception) -> None:
+    """Raise `exc` again when the current task is being cancelled (a poll the ended turn abandons):
+    the SDK turns a cancelled call into its own error type, which must not be retried."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise exc
 
 
 _CHARGES: dict[str, _Batched[Charge, Charged]] = {}  # root workflow id -> its batcher here, while busy
