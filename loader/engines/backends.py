@@ -119,9 +119,9 @@ class WorkflowDelegation:
     def __init__(self, link: WorkflowLink, config: ManagerConfig, root_id: str, store: SessionStore,
                  bind: Callable[[str, dict[str, Any]], None] | None = None,
                  listed: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
-                 room: RunningRoom | None = None) -> None:
+                 *, room: RunningRoom) -> None:
         self.link = link
-        self.room = room if room is not None else RunningRoom(2_000, 0)
+        self.room = room  # `temporal.maxRunningChildren` for this turn's `subagent` calls
         self.config = config
         self.root_id = root_id
         self.store = store
