@@ -216,12 +216,8 @@ class AgentWorkflow(RunEnds):
         not applied, or nothing once it has ended."""
 
         self._s.updates += 1
-
-        def unseen() -> list[InterruptAt]:
-            return self._s.interrupts.get(poll.seq, [])[poll.interrupts:]
-
         await workflow.wait_condition(
-            lambda: len(self._queue) > poll.after or bool(unseen()) or self._s.ended > poll.seq)
+            lambda: len(self._queue) > poll.after or bool(self._unseen(poll)) or self._s.ended > poll.seq)
         return self._poll_reply(poll)
 
     @workflow.query
@@ -234,8 +230,12 @@ class AgentWorkflow(RunEnds):
         if self._s.ended > poll.seq:
             return PollReply(ended=True)
         page = self._queue.page(poll.after) if self._s.paged else self._queue.after(poll.after)
-        return PollReply(deliveries=page, interrupts=self._s.interrupts.get(poll.seq, [])[poll.interrupts:],
+        return PollReply(deliveries=page, interrupts=self._unseen(poll),
                          spent=self._s.updates >= self._input.run.continue_as_new_updates)
+
+    def _unseen(self, poll: Poll) -> list[InterruptAt]:
+        """The interrupts of turn `poll.seq` past the ones it has applied."""
+        return self._s.interrupts.get(poll.seq, [])[poll.interrupts:]
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:

@@ -16,23 +16,15 @@ as new (`parent_moved`), and only a told (or released) child signals:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from temporal_kit import both_engines, client, dev_server, settlement_facts  # noqa: F401  (the module's client)
+from temporal_kit import both_engines, client, settlement_facts  # noqa: F401  (the module's client)
 from temporalio.client import Client
-from test_root_continue import BACKSTOP, CHAIN, UPDATE_CAP, chain, root_notices
+from test_root_continue import BACKSTOP, CHAIN, capped, chain, root_notices  # noqa: F401  (its capped server)
 from test_tree_budget import both
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def capped() -> AsyncIterator[Client]:
-    async with dev_server("--dynamic-config-value", f"history.maxTotalUpdates={UPDATE_CAP}") as c:
-        yield c
 
 
 async def signals(client: Client, workflow_id: str) -> tuple[list[str], list[str]]:
