@@ -145,6 +145,11 @@ class TemporalConfig(_Schema):
     # `limit.numPendingChildExecutions.error` (2,000 by default) and retries the workflow task
     # forever: a `subagent` or cold resume past this many is refused with RUNNING_LIMIT instead.
     max_running_children: Annotated[int, Field(ge=1)] = 2_000
+    # Whose turns run in a workflow of their own, so the agent's run continues as new while one
+    # long turn goes on (loader/engines/README.md "A turn across runs"): the root's (its history
+    # takes the tree's charges and a fan-out's notices), every agent's, or none (the default: one
+    # workflow fewer per turn; one turn then lives within one run's 51,200 events).
+    turn_workflows: Literal["root", "all", "none"] = "none"
 
 
 class Config(_Schema):

@@ -89,6 +89,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
         continue_as_new_after=config.temporal.continue_as_new_after, heartbeat_seconds=heartbeat_seconds,
         continue_as_new_updates=config.temporal.continue_as_new_updates,
         max_running_children=config.temporal.max_running_children,
+        turn_workflows=config.temporal.turn_workflows,
         max_children=limits.max_children, max_requests=limits.max_requests, max_tokens_total=limits.max_tokens,
     )
 

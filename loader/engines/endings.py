@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from dsh.loader.engines.calls import chain, enter_leftovers, settle_failed
 from dsh.loader.engines.patches import ORPHANS_PATCH
 from dsh.loader.engines.pinning import Homes
-from dsh.loader.engines.queue import DeliveryQueue
+from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residency import Residency
 from dsh.loader.engines.residents import Residents
 from dsh.loader.engines.wire import FailedRun, InterruptAt, Leftovers, TreeInput, TreeResult, TurnResult, agent_workflow_id
 
 __all__ = ["RunEnds"]
+
+_T = TypeVar("_T")
 
 
 class RunEnds:
@@ -104,27 +107,41 @@ class RunEnds:
                                   self._homes.queue())
 
     # -- continue-as-new (issue 12 item 2, "Not yet" item 3) --------------------------------
-    async def _handover(self, runs: int) -> None:
+    async def _handover(self, runs: int, *, mid_turn: bool = False) -> None:
         """Continue as new once the handlers in flight have finished: `message_child` and the
-        updates of the running turns (none of this agent's own; other agents' charges are signals)
-        end by themselves; then the board's long-polls return what they have (their callers poll
-        again, reaching the new run) and the run continues as new in that same workflow task."""
-        if self._s.anywhere:
-            await workflow.wait_condition(lambda: self._s.calls == 0)
-            self._s.handing_over = True
+        updates of the running turns (other agents' charges are signals; this agent's own turn,
+        `mid_turn`, polls by query while its run moves) end by themselves; then the board's
+        long-polls return what they have (their callers poll again, reaching the new run) and the
+        run continues as new in that same workflow task."""
+        s = self._s
+        if s.anywhere:
+            await workflow.wait_condition(lambda: s.calls == 0)
+            s.handing_over = True
         await workflow.wait_condition(workflow.all_handlers_finished)
-        while self._residents.untold():
-            # Children started by this run return their result to it: told, they signal it instead.
-            await self._residents.tell_moved()
+        while self._residents.untold() or (mid_turn and not s.turn_told):
+            # Children started by this run return their result to it: told, they signal it instead
+            # (and the turn's workflow, mid-turn, its outcome). A start the turn asked meanwhile
+            # finishes before the run continues.
+            if self._residents.untold():
+                await self._residents.tell_moved()
+            elif not await self._tell_turn():
+                s.handing_over = False
+                return  # the turn's workflow closed meanwhile: its outcome is here, no move
             await workflow.wait_condition(workflow.all_handlers_finished)
         # --- handover begin: every child with a handle told, and the run continued, no await between ---
-        if self._s.continue_due():
-            workflow.continue_as_new(self._s.carry(runs, self._homes))
+        if not mid_turn and s.continue_due():
+            workflow.continue_as_new(s.carry(runs, self._homes))
+        elif mid_turn and s.outcome is None and s.acked is not None and s.move_due() and (
+                self._queue.bytes_from(s.acked) <= PAGE_BYTES):
+            workflow.continue_as_new(s.carry(runs, self._homes, s.moved_turn()))
         # --- handover end ---
-        self._s.handing_over = False
+        s.handing_over = False
+
+    async def _tell_turn(self) -> bool:  # TurnRuns'
+        raise NotImplementedError
 
     # -- a turn that does not return --------------------------------------------------------
-    async def _shielded(self, turn: Awaitable[TurnResult]) -> TurnResult:
+    async def _shielded(self, turn: Awaitable[_T]) -> _T:
         """The turn, shielded from a cancel by hand: the cancel is this child's disposal, so the
         running turn hears it as its parent's (`release`: the interrupt {kind: parent} through its
         poll) and ends in its log; the activity is never cut off mid-write."""
@@ -135,7 +152,7 @@ class RunEnds:
             except asyncio.CancelledError:
                 self._cancelled()
 
-    async def _failed_turn(self, exc: ActivityError) -> TurnResult:
+    async def _failed_turn(self, exc: ActivityError | ApplicationError) -> TurnResult:
         """A child's turn failed for good (a worker refusing it, five failed attempts) while it has
         children resident: as the local engine's child whose turn ends `error`, it stays resident
         (it owns children), their notices reach it and wake its next turn. The failure is written

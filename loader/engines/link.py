@@ -57,14 +57,19 @@ class TurnLink:
         self._others = asyncio.Semaphore(OTHER_UPDATES)
         self._starts: _Batched[StartChild, bool] = _Batched(self._send_starts)
         self._by_query = False  # the run's updates are spent: poll by query (`poll`)
+        self._moving = False  # its run is continuing as new mid-turn, told what the log holds (`poll`)
 
-    async def poll(self, after: int, interrupts: int) -> PollReply:
+    async def poll(self, after: int, interrupts: int, *, durable: bool = False, pages: bool = False) -> PollReply:
         """The turn's long-poll (update `deliveries_after`); once the run's updates are spent
         (`PollReply.spent`), or an update poll failed, a query asked every `QUERY_POLL` seconds
         until it answers something. Both are read-only, so a failed one is asked again: a poll
-        that raised would leave the rest of the turn without its deliveries and interrupts."""
-        poll = Poll(seq=self.seq, after=after, interrupts=interrupts)
-        if not self._by_query:
+        that raised would leave the rest of the turn without its deliveries and interrupts.
+
+        A run continuing as new mid-turn answers `moved` (README "A turn across runs"): the turn
+        flushes its log and says so (`durable`, always an update), and from that answer on asks by
+        query until a run answers that is not moving (the new one, or this one, the move off)."""
+        poll = Poll(seq=self.seq, after=after, interrupts=interrupts, durable=durable, pages=pages)
+        if durable or not self._by_query:
             try:
                 reply = await self.handle.execute_update(AgentWorkflow.deliveries_after, poll)
             except Exception as exc:
@@ -73,7 +78,8 @@ class TurnLink:
                 logger.warning("the long-poll of %s failed, polling by query: %r", self.handle.id, exc)
                 self._by_query = True
             else:
-                self._by_query = reply.spent
+                self._moving = durable and reply.moved
+                self._by_query = reply.spent or self._moving
                 return reply
         failing = 0
         while True:
@@ -88,7 +94,10 @@ class TurnLink:
                     logger.warning("polling %s by query failed (%d in a row): %r", self.handle.id, failing, exc)
             else:
                 failing = 0
-                if reply.deliveries or reply.interrupts or reply.ended:
+                if reply.moved != self._moving or reply.deliveries or reply.interrupts or reply.ended:
+                    # moved: the turn says what its log holds; no longer moved: by update again, unless spent
+                    self._by_query = reply.spent or reply.moved
+                    self._moving = False
                     return reply
             await asyncio.sleep(QUERY_POLL)  # a query cannot wait for the next delivery: asked again
 
@@ -111,7 +120,8 @@ class TurnLink:
         return await self._starts.ask(request)
 
     async def _send_starts(self, batch: list[StartChild]) -> list[bool]:
-        refused = await _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch))
+        # Sent again if it met the run continuing as new (mid-turn): a start asked twice is made once.
+        refused = await _resent(lambda: _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch)))
         return [r.child_id not in (refused or ()) for r in batch]  # None: a worker before RUNNING_LIMIT
 
     async def running_children(self) -> int:

@@ -6,7 +6,7 @@ A name is what history records; never rename one."""
 from __future__ import annotations
 
 __all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_CANCEL_PATCH",
-           "QUIET_SETTLE_PATCH", "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "WATCH_PATCH"]
+           "QUIET_SETTLE_PATCH", "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "TURN_RUN_PATCH", "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -59,3 +59,7 @@ RUNNING_LIMIT_PATCH = "running-children-limited"
 # Before it, every child signalled its notice and returned it too: one more signal, three history
 # events and two workflow tasks per child, the notice entered once.
 QUIET_SETTLE_PATCH = "settled-only-when-moved"
+# An agent's turn runs in a workflow of its own (`dsh.turn_run`, `temporal.turnWorkflows`), so its
+# run may continue as new while the turn goes on (README "A turn across runs"). Before it, the
+# turn was an activity of the run, and one long turn met the run's 51,200 events.
+TURN_RUN_PATCH = "turn-in-own-workflow"

@@ -29,9 +29,14 @@ from dsh.loader.engines.ledger import ChargeLedger
 from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import PAGE_BYTES, DeliveryQueue
 from dsh.loader.engines.residents import Residents
-from dsh.loader.engines.wire import AgentView, Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnResult
+from dsh.loader.engines.wire import (
+    AgentView, Carried, ChildState, InterruptAt, TreeInput, TreeResult, TurnInFlight, TurnOutcome, TurnResult,
+)
 
-__all__ = ["Residency"]
+__all__ = ["MOVE_FLOOR", "Residency"]
+
+# A run continues as new mid-turn only once its own history holds this many events.
+MOVE_FLOOR = 64
 
 
 class Residency:
@@ -65,6 +70,24 @@ class Residency:
         # A child: the parent's run that started this epoch continued as new (signal `parent_moved`),
         # so only a signal carries the notice to it (QUIET_SETTLE_PATCH).
         self.parent_moved = carried.parent_moved
+        # A turn in its own workflow (turn_run.py, README "A turn across runs"): its id, whether it
+        # was told this agent's run moved, where its polls had reached, its outcome once heard;
+        # `moving`: this run continues as new mid-turn once the turn says its log holds
+        # `deliveries[:acked]` (`Poll.durable`).
+        self.turn_id: str | None = None
+        self.turn_told = False
+        self.turn_offset = 0
+        self.movable = False  # the running turn is one the main loop's waking branch started
+        self.polled = 0
+        self.outcome: TurnOutcome | None = None
+        self.moving = False
+        self.acked: int | None = None
+        turn = carried.turn
+        if turn is not None:  # this run began mid-turn: the turn goes on, its polls reach this run
+            self.ended = self.turn_seq = turn.seq
+            self.running = self.movable = self.turn_told = True
+            self.turn_id, self.turn_offset, self.polled = turn.turn_id, turn.offset, turn.base
+            self.interrupts[turn.seq] = list(turn.interrupts)
 
     def result(self, last: TurnResult | None) -> TreeResult:
         input = self.input
@@ -101,14 +124,43 @@ class Residency:
         # turn takes them first, and the run continues after it).
         return due and not (self.paged and self.queue.pending_bytes() > PAGE_BYTES)
 
-    def carry(self, runs: int, homes: Homes) -> TreeInput:
+    def move_due(self) -> bool:
+        """A run continues as new mid-turn (its turn in a workflow of its own, TURN_RUN_PATCH) by
+        the rules of `continue_due`, once it holds MOVE_FLOOR events of its own (so runs cannot
+        chain on a tiny `temporal.continueAsNewAfter`), not while releasing or settling, and only
+        while what arrived past the turn's polls fits the new run's input."""
+        if not (self.running and self.movable and self.turn_id) or self.releasing or self.closing:
+            return False
+        if self.stopped or self.residents.settling:
+            return False
+        info = workflow.info()
+        length = info.get_current_history_length()
+        if length < MOVE_FLOOR:
+            return False
+        run = self.input.run
+        limit = run.continue_as_new_after
+        due = (info.is_continue_as_new_suggested() or (limit is not None and length >= limit)
+               or self.updates >= run.continue_as_new_updates)
+        return due and self.queue.bytes_from(self.polled) <= PAGE_BYTES // 2
+
+    def moved_turn(self) -> TurnInFlight:
+        """The running turn as the new run takes it on: its deliveries from the turn's ack on."""
+        assert self.turn_id is not None and self.acked is not None
+        return TurnInFlight(seq=self.turn_seq, offset=self.turn_offset, base=self.acked, turn_id=self.turn_id,
+                            interrupts=list(self.interrupts.get(self.turn_seq, [])))
+
+    def carry(self, runs: int, homes: Homes, turn: TurnInFlight | None = None) -> TreeInput:
+        """The new run's input: between turns the pending deliveries, indexed from 0; mid-turn
+        (`turn`) those from the turn's ack on, indexed as here."""
+        quiet = self.queue.quiet if turn is not None else max(0, self.queue.quiet - self.queue.handed)
         carried = Carried(parked=list(self.parked), told_stalled=self.told_stalled,
                           violations=list(self.violations), fences_engaged=list(self.engaged), agent_key=self.key,
                           runs=runs + 1, seen=self.seen, parent_moved=self.parent_moved,
                           **self.residents.carry(), **self.ledger.carry(),
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
-                          quiet=max(0, self.queue.quiet - self.queue.handed), **homes.carry())
-        return dataclasses.replace(self.input, deliveries=self.queue.pending(), carried=carried,
+                          quiet=quiet, turn=turn, **homes.carry())
+        deliveries = self.queue.after(turn.base) if turn is not None else self.queue.pending()
+        return dataclasses.replace(self.input, deliveries=deliveries, carried=carried,
                                    home_queue=homes.mine, known_homes=list(homes.known), claimed=homes.claimed)
 
     def due(self) -> bool:

@@ -298,6 +298,11 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         apply_interrupt(agent, at.cause, spec.seq, applied)  # §10.3: queued work stays, parked
 
     def apply(reply: PollReply) -> None:
+        nonlocal taken
+        if reply.base > spec.offset + taken:
+            # A retried turn whose run moved mid-turn: the deliveries before `base` are in the log
+            # (the dead attempt flushed them before it said so, `Poll.durable`).
+            taken = reply.base - spec.offset
         base = spec.offset + taken
         interrupts = list(reply.interrupts)
         for k, d in enumerate(reply.deliveries):
@@ -308,12 +313,22 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
             cancel(at)
 
     async def poll() -> None:
+        durable = False
         while True:
-            apply(await link.poll(spec.offset + taken, applied))
+            reply = await link.poll(spec.offset + taken, applied, durable=durable)
+            apply(reply)
+            durable = reply.moved
+            if durable:
+                # Its run continues as new mid-turn (README "A turn across runs"): what this turn
+                # took goes to disk before the next poll says so, and the new run holds only the rest.
+                await agent.store.flush(agent.session)
 
     handed = list(spec.deliveries)
-    while len(handed) < len(spec.deliveries) + spec.more:  # the rest of the pending pages, by index
-        handed += (await link.poll(spec.offset + len(handed), 0)).deliveries  # its interrupts: the main poll's
+    skipped = 0  # pending pages a moved run no longer holds: in the log already (`apply`)
+    while skipped + len(handed) < len(spec.deliveries) + spec.more:  # the rest of the pending pages, by index
+        page = await link.poll(spec.offset + skipped + len(handed), 0, pages=True)  # its interrupts: the main poll's
+        skipped = max(skipped, page.base - spec.offset - len(handed))
+        handed += page.deliveries
     board = _Board(fences, link) if fences is not None and run.fences else None
     pollers: list[asyncio.Task[None]] = []
     try:
@@ -330,6 +345,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
         if retried:
             applied, interrupted = interrupts_in_log(agent.session.events, {str(d.message["id"]) for d in handed},
                                                      spec.seq)
+        taken = skipped
         for d in handed:
             deliver(d)
         # A retried turn (its worker died): work the log restored into the inbox runs; else a turn

@@ -36,8 +36,12 @@ __all__ = [
     "StartChild",
     "TreeInput",
     "TreeResult",
+    "FailureLevel",
+    "TurnInFlight",
     "TurnInput",
+    "TurnOutcome",
     "TurnResult",
+    "TurnRunInput",
     "agent_workflow_id",
     "child_workflow_id",
 ]
@@ -91,6 +95,10 @@ class RunSpec:
     # temporal.maxRunningChildren: an agent's run starts no more children at once (the server's
     # pending-children limit, 2,000 by default, would refuse the start command and stall the run).
     max_running_children: int = 2_000
+    # temporal.turnWorkflows: whose turns run as a workflow of their own (`dsh.turn_run`), so the
+    # agent's run may continue as new while the turn goes on: `root`, `all` or `none` (README
+    # "A turn across runs"; `none`, the default, also for runs started before this field).
+    turn_workflows: str = "none"
     # No transcript: the worker's live provider (its own model.* settings and key; README "Live
     # providers"). Only the model's name crosses the wire, never an endpoint's key.
     max_children: int = 200  # limits.*: the tree's run budget, kept by the root workflow
@@ -173,6 +181,21 @@ class Carried:
     epochs: dict[str, int] = field(default_factory=dict)  # resident child -> the epoch its run is (WATCH_PATCH)
     homeless: list[str] = field(default_factory=list)  # children claimed with no home queue (CLAIM_KEPT_PATCH)
     parent_moved: bool = False  # a child: the parent's run that started this epoch is gone (QUIET_SETTLE_PATCH)
+    turn: TurnInFlight | None = None  # the run continued as new mid-turn (TURN_RUN_PATCH): that turn goes on
+
+
+@dataclass
+class TurnInFlight:
+    """A turn running in its own workflow (`dsh.turn_run`) while its agent's run continues as new
+    (README "A turn across runs"). The new run's deliveries start at `base`, the index up to which
+    the turn said its log holds what it took (`Poll.durable`); indices stay the old run's, so the
+    turn's polls go on unchanged."""
+
+    seq: int  # the turn's number (Poll.seq): the new run's `ended` starts here
+    offset: int  # its TurnInput.offset: `handed` is `offset + taken` once it ends
+    base: int  # the index of the new run's deliveries[0]
+    turn_id: str  # its workflow's id (told `agent_moved`: it signals its outcome, `turn_ended`)
+    interrupts: list[InterruptAt] = field(default_factory=list)  # accepted for it so far, in order
 
 
 @dataclass
@@ -219,6 +242,10 @@ class Poll:
     seq: int
     after: int
     interrupts: int = 0
+    # The turn's log holds every delivery before `after` (flushed): its agent's run may continue as
+    # new mid-turn from there (`PollReply.moved`; README "A turn across runs").
+    durable: bool = False
+    pages: bool = False  # the rest of the turn's input (TurnInput.more): answered whatever the run does
 
 
 @dataclass
@@ -240,6 +267,12 @@ class PollReply:
     # the updates a server allows one run (`history.maxTotalUpdates`, 2,000 by default).
     spent: bool = False
     ended: bool = False  # the turn has ended (a query's answer; the update's is empty then)
+    # The run is about to continue as new mid-turn: the turn flushes its log and says so by an
+    # update poll (`Poll.durable`), then asks by query until a run answers that is not moving.
+    moved: bool = False
+    # The run holds deliveries from this index on (a run continued as new mid-turn): the ones
+    # before it are in the turn's log, so a retried turn counts them taken.
+    base: int = 0
 
 
 @dataclass
@@ -373,6 +406,33 @@ class TurnResult:
     agent_key: str | None = None  # the transcript script this session is bound to
     parked: list[str] = field(default_factory=list)  # waking messages still queued in an idle agent
     output_in_log: bool = False  # the root's output is too large for a payload: read it from its log
+
+
+@dataclass
+class TurnRunInput:
+    """Workflow `dsh.turn_run` (turn_run.py): one turn of an agent, whose workflow it reports to."""
+
+    turn: TurnInput
+    agent_workflow: str
+    task_queue: str | None = None  # the queue of the agent's log's home (None: the workflow's)
+
+
+@dataclass
+class FailureLevel:
+    """One level of a failure's chain, outermost first (`TurnOutcome.failure`), as history keeps it."""
+
+    message: str
+    type: str | None = None
+
+
+@dataclass
+class TurnOutcome:
+    """How a turn in its own workflow ended: its result, or its activity's failure chain (the
+    agent's run raises it as the activity's failure would have been raised)."""
+
+    seq: int
+    result: TurnResult | None = None
+    failure: list[FailureLevel] = field(default_factory=list)
 
 
 @dataclass

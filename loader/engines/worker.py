@@ -30,6 +30,7 @@ from dsh.loader.engines.projection import Quiet, has_lines, read_page
 from dsh.loader.engines.reader import StreamReader
 from dsh.loader.engines.settle import enter_leftovers, settle_failed
 from dsh.loader.engines.turn import LiveModel, run_turn
+from dsh.loader.engines.turn_run import TurnRunWorkflow
 from dsh.loader.engines.wire import (
     ClosedRun,
     FailedRun,
@@ -41,6 +42,7 @@ from dsh.loader.engines.wire import (
     TreeResult,
     TurnInput,
     TurnResult,
+    agent_workflow_id,
 )
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigError
@@ -75,8 +77,8 @@ class TurnActivities:
         if self._at_home(run.home) != run.home:
             agent = dataclasses.replace(spec.agent, run=dataclasses.replace(run, home=self._at_home(run.home)))
             spec = dataclasses.replace(spec, agent=agent)
-        workflow_id = activity.info().workflow_id
-        assert workflow_id is not None, "dsh.turn runs only inside the agent workflow"
+        # The agent's workflow by id (its current run), also from a turn in a workflow of its own.
+        workflow_id = agent_workflow_id(run.root_id, spec.agent.session_id)
         handle = self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
         root = self.client.get_workflow_handle_for(AgentWorkflow.run, spec.agent.run.root_id)
         alive = asyncio.create_task(_keep_alive(spec.agent.run.heartbeat_seconds / 3))
@@ -244,7 +246,7 @@ def make_worker(client: Client, task_queue: str, *, max_concurrent_activities: i
     served: list[Callable[..., Any]] = [activities.turn, activities.create_session, activities.resume_check,
                                         activities.settle_failed, activities.enter_leftovers, activities.await_closed,
                                         activities.first_closed, activities.stream_page]
-    workers = [Worker(client, task_queue=task_queue, workflows=[AgentWorkflow, StreamReader], activities=served,
+    workers = [Worker(client, task_queue=task_queue, workflows=[AgentWorkflow, TurnRunWorkflow, StreamReader], activities=served,
                       max_concurrent_activities=max_concurrent_activities)]
     if own is not None:
         workers.append(Worker(client, task_queue=own, activities=served,

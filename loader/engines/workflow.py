@@ -20,6 +20,7 @@ patch marker) in the same order on replay (tests/temporal/test_replay.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import workflow
@@ -28,11 +29,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
         AgentView, Answer, Carried, Charge, Charged, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
-        MessageChild, Poll, PollReply, ResumeCheck, StartChild, TreeInput, TreeResult, TurnInput, TurnResult,
+        MessageChild, Poll, PollReply, ResumeCheck, StartChild, TreeInput, TreeResult, TurnInput, TurnOutcome,
+        TurnResult,
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
-    from dsh.loader.engines.endings import RunEnds
+    from dsh.loader.engines.mid_turn import TurnRuns
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.patches import (
         CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_CANCEL_PATCH, ROOT_DRAIN_PATCH,
@@ -47,7 +49,7 @@ __all__ = ["AgentWorkflow"]
 
 
 @workflow.defn(name="dsh.agent")
-class AgentWorkflow(RunEnds):
+class AgentWorkflow(TurnRuns):
     @workflow.init
     def __init__(self, input: TreeInput) -> None:
         """The run's state from its input, before any handler runs: a signal (a child's notice, a
@@ -55,7 +57,7 @@ class AgentWorkflow(RunEnds):
         carried = input.carried or Carried()
         run = input.run
         self._input = input
-        self._queue = DeliveryQueue(carried.quiet)
+        self._queue = DeliveryQueue(carried.quiet, carried.turn.base if carried.turn is not None else 0)
         for d in input.deliveries:
             self._queue.accept(d)
         anywhere = workflow.patched(HANDOVER_PATCH)  # any agent continues as new, children resident or not
@@ -99,6 +101,8 @@ class AgentWorkflow(RunEnds):
             await pin(self._homes, input)  # the log's home, found by its create activity
         if not self._s.stopped:  # (a stopped root's first entry started its watcher, if any)
             self._residents.watch(self._settle)  # children an earlier run started, which no handle here awaits
+        if self._s.running:  # this run began mid-turn (README "A turn across runs"): that turn goes on
+            last = await self._turn()
         while True:
             if self._s.continue_due():
                 await self._handover(carried.runs)
@@ -122,7 +126,7 @@ class AgentWorkflow(RunEnds):
                     last = await self._turn(release=input.parent_id is not None)
                 break
             if queue.waking():
-                last = await self._turn()
+                last = await self._turn(movable=True)
                 continue
             if queue.has_pending():  # injected leftovers: into the log, no model turn
                 last = await self._turn()
@@ -142,22 +146,33 @@ class AgentWorkflow(RunEnds):
             await self._notice_out(result)  # awaits nothing when the run that started it is current
         return result
 
-    async def _turn(self, release: bool = False) -> TurnResult:
-        offset = self._queue.handed
-        self._s.turn_seq = self._s.ended
-        self._s.running = True
-        self._s.paged = self._s.paged or workflow.patched(PAGED_PATCH)
-        first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
-        try:
-            turn = run_turn(TurnInput(
+    async def _turn(self, release: bool = False, *, movable: bool = False) -> TurnResult:
+        """One turn: an activity of this run, or a workflow of its own (`_by_run`) that this run
+        may hand over mid-turn (`movable`: the waking branch's turns); a run that began mid-turn
+        takes up the turn in flight."""
+        turn: Awaitable[TurnResult]
+        if self._s.running:  # Carried.turn
+            offset = self._s.turn_offset
+            turn = self._turn_outcome()
+        else:
+            offset = self._queue.handed
+            self._s.turn_seq = self._s.ended
+            self._s.running = True
+            self._s.paged = self._s.paged or workflow.patched(PAGED_PATCH)
+            first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
+            spec = TurnInput(
                 agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
                 children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first),
-                children_elsewhere=self._homes.queue() is not None), self._homes.queue())
-            if workflow.patched(CANCEL_PATCH if self._input.parent_id is not None else ROOT_CANCEL_PATCH):
-                last = await self._shielded(turn)
+                children_elsewhere=self._homes.queue() is not None)
+            if self._by_run():
+                turn = self._turn_in_run(spec, movable=movable)
             else:
-                last = await turn
-        except ActivityError as exc:
+                turn = run_turn(spec, self._homes.queue())
+                if workflow.patched(CANCEL_PATCH if self._input.parent_id is not None else ROOT_CANCEL_PATCH):
+                    turn = self._shielded(turn)
+        try:
+            last = await turn
+        except (ActivityError, ApplicationError) as exc:  # ApplicationError: a turn run's (`raise_failure`)
             self._s.running = False
             if self._input.parent_id is None or not self._residents or not workflow.patched(FAILED_TURN_PATCH):
                 raise
@@ -215,9 +230,15 @@ class AgentWorkflow(RunEnds):
         """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
         not applied, or nothing once it has ended."""
 
-        self._s.updates += 1
+        s = self._s
+        s.updates += 1
+        if s.running and poll.seq == s.turn_seq and not poll.pages:
+            s.polled = max(s.polled, poll.after)
+            if poll.durable and s.moving:
+                s.acked = poll.after  # the turn's log holds every delivery before it (README "A turn across runs")
         await workflow.wait_condition(
-            lambda: len(self._queue) > poll.after or bool(self._unseen(poll)) or self._s.ended > poll.seq)
+            lambda: len(self._queue) > poll.after or bool(self._unseen(poll)) or s.ended > poll.seq
+            or (s.moving and poll.seq == s.turn_seq and not poll.pages))
         return self._poll_reply(poll)
 
     @workflow.query
@@ -229,13 +250,20 @@ class AgentWorkflow(RunEnds):
     def _poll_reply(self, poll: Poll) -> PollReply:
         if self._s.ended > poll.seq:
             return PollReply(ended=True)
+        if self._s.moving and poll.seq == self._s.turn_seq and not poll.pages:
+            return PollReply(moved=True)
         page = self._queue.page(poll.after) if self._s.paged else self._queue.after(poll.after)
         return PollReply(deliveries=page, interrupts=self._unseen(poll),
-                         spent=self._s.updates >= self._input.run.continue_as_new_updates)
+                         spent=self._s.updates >= self._input.run.continue_as_new_updates, base=self._queue.base)
 
     def _unseen(self, poll: Poll) -> list[InterruptAt]:
         """The interrupts of turn `poll.seq` past the ones it has applied."""
         return self._s.interrupts.get(poll.seq, [])[poll.interrupts:]
+
+    @workflow.signal
+    def turn_ended(self, outcome: TurnOutcome) -> None:
+        """This agent's turn, in a workflow of its own told that the run moved, ended (turn_run.py)."""
+        self._heard(outcome)
 
     @workflow.signal
     def deliver(self, delivery: Delivery) -> None:

@@ -272,22 +272,34 @@ def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+async def with_turn_runs(client: Client, workflow_id: str) -> list[list[Any]]:
+    """The events of `workflow_id`'s current run, then those of each turn workflow it started
+    (`dsh.turn_run`, `temporal.turnWorkflows`), where its turn activities are scheduled: one list
+    per history (event ids are a history's own)."""
+    events = list((await client.get_workflow_handle(workflow_id).fetch_history()).events)
+    turns = [e.start_child_workflow_execution_initiated_event_attributes.workflow_id for e in events
+             if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+             and e.start_child_workflow_execution_initiated_event_attributes.workflow_type.name == "dsh.turn_run"]
+    return [events] + [list((await client.get_workflow_handle(t).fetch_history()).events) for t in turns]
+
+
 # -- committed histories of the paths only a fault reaches (test_replay.py replays them) -------------
 
 HISTORIES = Path(__file__).parent / "histories"
 
 
-async def replays_and_kept(client: Client, workflow_id: str, name: str) -> None:
-    """`workflow_id`'s history replays against today's workflow; with `DSH_RECORD_HISTORIES` set it
+async def replays_and_kept(client: Client, workflow_id: str, name: str, run_id: str | None = None) -> None:
+    """`workflow_id`'s history (its current run, or `run_id`) replays against today's workflows; with `DSH_RECORD_HISTORIES` set it
     is written to histories/`name` (e.g. `DSH_RECORD_HISTORIES=1 pytest -n 0 tests/temporal/test_x.py`),
     its failures' stack traces stripped of this machine's prefixes."""
     import temporalio
     from temporalio.worker import Replayer
 
+    from dsh.loader.engines.turn_run import TurnRunWorkflow
     from dsh.loader.engines.workflow import AgentWorkflow
 
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    assert (await Replayer(workflows=[AgentWorkflow]).replay_workflow(history)).replay_failure is None
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    assert (await Replayer(workflows=[AgentWorkflow, TurnRunWorkflow]).replay_workflow(history)).replay_failure is None
     if os.environ.get("DSH_RECORD_HISTORIES"):
         text = json.dumps({"workflowId": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n"
         for prefix in (f"{Path(temporalio.__file__).parent.parent}/", f"{Path(__file__).parents[2]}/"):

@@ -44,7 +44,7 @@ class IdleEdgeLink(RecordingLink):
     idle: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     reply: PollReply = field(default_factory=PollReply)
 
-    async def poll(self, after: int, interrupts: int) -> PollReply:
+    async def poll(self, after: int, interrupts: int, *, durable: bool = False, pages: bool = False) -> PollReply:
         self.polls.append(after)
         if len(self.polls) == 1:
             await self.idle  # the test's wait_for around the turn is the backstop

@@ -13,6 +13,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from dsh.loader.engines.reader import StreamReader
+from dsh.loader.engines.turn_run import TurnRunWorkflow
 from dsh.loader.engines.workflow import AgentWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -54,12 +55,15 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "running-limit.0.json",
             # every child signalled its notice (`settled`) before QUIET_SETTLE_PATCH; since, only
             # a child told `parent_moved` (continued-as-new.3) does, and the others return it
-            "v6-background-settlement.1.json", "v6-continued-as-new.0.json", "v6-continued-as-new.3.json"} <= names
+            "v6-background-settlement.1.json", "v6-continued-as-new.0.json", "v6-continued-as-new.3.json",
+            # a root's run that began mid-turn and moved again, and that turn's own workflow
+            # (TURN_RUN_PATCH, `temporal.turnWorkflows: root`, test_turn_across_runs.py)
+            "turn-across-runs.0.json", "turn-across-runs.turn.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_a_committed_history_replays_against_todays_workflow(path: Path) -> None:
     recorded = json.loads(path.read_text())
     history = WorkflowHistory.from_json(recorded["workflowId"], recorded["history"])
-    result = await Replayer(workflows=[AgentWorkflow, StreamReader]).replay_workflow(history)
+    result = await Replayer(workflows=[AgentWorkflow, TurnRunWorkflow, StreamReader]).replay_workflow(history)
     assert result.replay_failure is None

@@ -65,7 +65,7 @@ def conversation(steps: int) -> str:
 
 async def runs_of(client: Client, workflow_id: str) -> list[dict[str, Any]]:
     """The input of every run of `workflow_id`, the first first (the continue-as-new chain), with
-    the number of turn activities it scheduled under `turns`."""
+    the number of turns it started under `turns` (activities, or `dsh.turn_run` workflows)."""
     inputs: list[dict[str, Any]] = []
     run_id: str | None = None
     while True:
@@ -73,6 +73,8 @@ async def runs_of(client: Client, workflow_id: str) -> list[dict[str, Any]]:
         started = history.events[0].workflow_execution_started_event_attributes
         turns = sum(e.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn"
                     for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
+        turns += sum(e.start_child_workflow_execution_initiated_event_attributes.workflow_type.name == "dsh.turn_run"
+                     for e in history.events if e.HasField("start_child_workflow_execution_initiated_event_attributes"))
         inputs.insert(0, {**json.loads(started.input.payloads[0].data), "turns": turns})
         run_id = started.continued_execution_run_id or None
         if run_id is None:

@@ -64,7 +64,7 @@ class RecordingLink:
             return Charged()
         return Charged(refused=self.budget.count(charge.kind))
 
-    async def poll(self, after: int, interrupts: int) -> PollReply:
+    async def poll(self, after: int, interrupts: int, *, durable: bool = False, pages: bool = False) -> PollReply:
         self.polls.append(after)
         if self.gate is not None and len(self.polls) - 1 == self.gate[0]:
             while self.beats < self.gate[1]:
@@ -275,7 +275,7 @@ class WorkflowLikeLink(RecordingLink):
     turn_interrupts: list[InterruptAt] = field(default_factory=list)
     asked: list[tuple[int, int]] = field(default_factory=list)
 
-    async def poll(self, after: int, interrupts: int) -> PollReply:
+    async def poll(self, after: int, interrupts: int, *, durable: bool = False, pages: bool = False) -> PollReply:
         self.asked.append((after, interrupts))
         if len(self.deliveries) > after or len(self.turn_interrupts) > interrupts:
             return PollReply(deliveries=self.deliveries[after:], interrupts=self.turn_interrupts[interrupts:])

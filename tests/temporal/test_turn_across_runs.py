@@ -1,0 +1,118 @@
+"""One turn outlives its agent's workflow run (loader/engines/README.md "A turn across runs"):
+a turn activity belongs to the run that scheduled it, so one long root turn (a fan-out of
+thousands held for their notices, or the tree's model requests charged to the root meanwhile)
+met the run's 51,200 events. The root's turn now runs in a workflow of its own (`dsh.turn_run`,
+`temporal.turnWorkflows: root`), and the root's run continues as new mid-turn once the turn said
+its log holds what it took.
+
+Here the runs' limit is `LIMIT` events (`temporal.continueAsNewAfter`) and one root turn holds
+`FAN_OUT` children's notices in its second step, about 8 root events each: the local engine's
+flow, every notice once, and the root's history spread over several runs that each carry the
+running turn (`carried.turn`), none holding the whole turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporal_kit import dev_server, replays_and_kept, settlement_facts
+from temporalio.client import Client, WorkflowHistory
+from test_root_continue import fan_out, root_notices, runs_of, turns_in_log
+from test_tree_budget import both
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+WAVES, SIZE = 5, 10  # one root turn starting SIZE children per step, held for their notices
+LIMIT = 100  # events per root run: the one turn needs ~10 per child, so it spans several runs
+BACKSTOP = 180.0  # a loud failure, never an ordering
+
+
+def waves(count: int, size: int) -> str:
+    """One root turn of `count` steps, each starting `size` children and held until every notice
+    so far has been steered in, so children start and settle all along the turn."""
+    replies: list[dict[str, Any]] = []
+    agents: dict[str, Any] = {}
+    fences: list[dict[str, Any]] = []
+    for w in range(count):
+        ids = range(w * size + 1, (w + 1) * size + 1)
+        replies.append({"toolCalls": [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": f"W{i}."}}
+                                      for i in ids]})
+        agents.update({f"w{i}": {"spawnedBy": f"c{i}", "replies": [{"text": f"W{i}_DONE"}]} for i in ids})
+        fences.append({"hold": {"agent": "root", "turn": 1, "step": w + 2, "until": {
+            "inboxAccepted": {"agent": "root", "kind": "subagent-settled", "count": (w + 1) * size}}}})
+    agents["root"] = {"replies": [*replies, {"text": "HELD"}, {"text": "ALL_RECEIVED"}]}  # (as fan_out)
+    return json.dumps({"version": 1, "name": f"waves-{count}x{size}", "task": "Fan out in waves.", "fences": fences,
+                       "agents": agents})
+
+
+async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run's history of `workflow_id`, the first first."""
+    histories: list[WorkflowHistory] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.insert(0, history)
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
+        if run_id is None:
+            return histories
+
+
+def run_id_of(history: WorkflowHistory) -> str:
+    return history.events[0].workflow_execution_started_event_attributes.original_execution_run_id
+
+
+async def test_one_root_turn_spans_several_runs_and_loses_nothing(tmp_path: Path) -> None:
+    temporal: dict[str, Any] = {"continue_as_new_after": LIMIT, "turn_workflows": "root"}
+    async with dev_server() as client:
+        runs = await asyncio.wait_for(both(client, tmp_path, waves(WAVES, SIZE), {}, temporal=temporal), BACKSTOP)
+        (local, local_flow), (remote, remote_flow) = runs
+        root = remote.root_session_id
+        inputs = await runs_of(client, root)
+        histories = await run_histories(client, root)
+        # Committed for the Replayer (test_replay.py): a root run that began mid-turn and moved
+        # again, and the turn's own workflow.
+        await replays_and_kept(client, root, "turn-across-runs.0.json", run_id=run_id_of(histories[1]))
+        turn_id = next(e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+                       for e in histories[0].events if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+                       and e.start_child_workflow_execution_initiated_event_attributes.workflow_type.name == "dsh.turn_run")
+        await replays_and_kept(client, turn_id, "turn-across-runs.turn.json")
+    lengths = [len(h.events) for h in histories]
+    assert (local.stop_reason, local.output, local.violations, local.exit_code) == ("completed", "ALL_RECEIVED", [], 0), local.violations
+    assert (remote.stop_reason, remote.output, remote.violations, remote.exit_code) == ("completed", "ALL_RECEIVED", [], 0), remote.violations
+    local_facts, remote_facts = settlement_facts(local_flow), settlement_facts(remote_flow)
+    assert remote_facts["turn_ends"] == local_facts["turn_ends"] and remote_facts["result"] == local_facts["result"]
+    # Every notice once, all steered into the one turn (their order within a wave is the
+    # settlement race on either engine).
+    notices = root_notices(tmp_path / "temporal", root)
+    assert sorted(notices) == sorted(s["sessionId"] for s in remote.subagents) and len(notices) == WAVES * SIZE
+    assert turns_in_log(tmp_path / "temporal", root) == 1 == turns_in_log(tmp_path / "local", local.root_session_id)
+    # The one turn was carried by runs after the first: each took it up where the last left it.
+    moved = [i["carried"]["turn"] for i in inputs[1:] if (i.get("carried") or {}).get("turn")]
+    assert len(moved) >= 2, lengths
+    assert {t["seq"] for t in moved} == {0} and [t["base"] for t in moved] == sorted(t["base"] for t in moved)
+    assert sum(lengths) > 2 * max(lengths), lengths  # no run held the whole turn
+
+
+async def test_turn_workflows_none_keeps_the_turn_in_one_run(tmp_path: Path) -> None:
+    """`temporal.turnWorkflows: none`: the turn is the run's activity, as before, and the run
+    cannot continue as new until it ends (the same flow; no `dsh.turn_run` workflow)."""
+    temporal: dict[str, Any] = {"continue_as_new_after": LIMIT, "turn_workflows": "root"}
+    async with dev_server() as client:
+        runs = await asyncio.wait_for(both(client, tmp_path, fan_out(8), {}, temporal=temporal), BACKSTOP)
+        (_, local_flow), (remote, remote_flow) = runs
+        inputs = await runs_of(client, remote.root_session_id)
+        history = await client.get_workflow_handle(remote.root_session_id).fetch_history()
+    local_facts, remote_facts = settlement_facts(local_flow), settlement_facts(remote_flow)
+    assert remote_facts["turn_ends"] == local_facts["turn_ends"] and remote.output == "ALL_RECEIVED"
+    assert len(inputs) == 1 and inputs[0]["turns"] == 1
+    activities = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                  if e.HasField("activity_task_scheduled_event_attributes")]
+    assert activities.count("dsh.turn") == 1 and not any(
+        e.HasField("start_child_workflow_execution_initiated_event_attributes")
+        and e.start_child_workflow_execution_initiated_event_attributes.workflow_type.name == "dsh.turn_run"
+        for e in history.events)
+
