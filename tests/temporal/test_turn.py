@@ -413,3 +413,46 @@ async def test_only_a_turn_a_fence_can_hold_mirrors_the_board_and_only_named_age
     assert root_link.mirrored == [0]
     assert [v["code"] for v in root.violations] == ["FENCE_TIMEOUT"]
     assert ["step", "root", 1, 1] in root_link.published and all(f[1] == "root" for f in root_link.published)
+
+
+@dataclass
+class MovingLink(RecordingLink):
+    """A run that continues as new mid-turn (README "A turn across runs"): it answers `moved`,
+    and keeps what the turn's log on disk held when the turn said `durable`."""
+
+    home: Path = Path()
+    session_id: str = ""
+    durable: list[tuple[int, str]] = field(default_factory=list)
+
+    async def poll(self, after: int, interrupts: int, *, durable: bool = False, pages: bool = False) -> PollReply:
+        if durable:  # the log from disk, as a new worker would read it
+            self.durable.append((after, (self.home / "sessions" / self.session_id / "session.jsonl").read_text()))
+        return await super().poll(after, interrupts, durable=durable, pages=pages)
+
+
+async def test_a_turn_told_its_run_moved_says_so_only_once_its_log_holds_what_it_took(tmp_path: Path) -> None:
+    """The new run carries only the deliveries from the durable poll's `after` on: every one
+    before it must be in the turn's log on disk by then, or a retry after a crash would lose it.
+    Here the one before it is steered in mid-stream (no step checkpoint has written it yet)."""
+    script = tmp_path / "two.yaml"
+    script.write_text("version: 1\nname: two\ntask: Go.\nagents:\n  root:\n    replies:\n"
+                      "      - text: ONE\n      - text: TWO\n")
+    spec = root_turn(tmp_path, str(script), "Go.")
+    spec.agent.run.batch_delay_ms = 60_000  # writes wait for a barrier (or a minute)
+    steered = Delivery(dict(user_message("And then?", {"kind": "user"})), send="steer")
+    link = MovingLink(replies=[PollReply(deliveries=[steered]), PollReply(moved=True)], gate=(0, 2),
+                      home=tmp_path, session_id=spec.agent.session_id)
+    result = await run_turn(spec, link)
+    assert (result.output, result.violations) == ("TWO", [])
+    [(after, on_disk)] = link.durable
+    assert after == 2 and str(steered.message["id"]) in on_disk  # both taken, both on disk
+
+
+async def test_a_retry_in_a_later_run_counts_the_deliveries_before_its_base_taken(tmp_path: Path) -> None:
+    """A turn retried after its run moved polls from its own offset; the new run holds deliveries
+    from `base` on (the earlier ones are in the log, made durable before the move), so the retry
+    counts them taken and the workflow's `handed` stays right."""
+    spec = root_turn(tmp_path, "hello", "Say hello.")
+    link = RecordingLink(replies=[PollReply(base=3)])
+    result = await run_turn(spec, link, retry=True)
+    assert result.taken == 3 and link.polls[:2] == [1, 3]

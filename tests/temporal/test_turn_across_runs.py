@@ -100,7 +100,7 @@ async def test_one_root_turn_spans_several_runs_and_loses_nothing(tmp_path: Path
 async def test_turn_workflows_none_keeps_the_turn_in_one_run(tmp_path: Path) -> None:
     """`temporal.turnWorkflows: none`: the turn is the run's activity, as before, and the run
     cannot continue as new until it ends (the same flow; no `dsh.turn_run` workflow)."""
-    temporal: dict[str, Any] = {"continue_as_new_after": LIMIT, "turn_workflows": "root"}
+    temporal: dict[str, Any] = {"continue_as_new_after": LIMIT, "turn_workflows": "none"}
     async with dev_server() as client:
         runs = await asyncio.wait_for(both(client, tmp_path, fan_out(8), {}, temporal=temporal), BACKSTOP)
         (_, local_flow), (remote, remote_flow) = runs
@@ -108,7 +108,10 @@ async def test_turn_workflows_none_keeps_the_turn_in_one_run(tmp_path: Path) -> 
         history = await client.get_workflow_handle(remote.root_session_id).fetch_history()
     local_facts, remote_facts = settlement_facts(local_flow), settlement_facts(remote_flow)
     assert remote_facts["turn_ends"] == local_facts["turn_ends"] and remote.output == "ALL_RECEIVED"
-    assert len(inputs) == 1 and inputs[0]["turns"] == 1
+    # The one turn in the first run, as its activity; no run carried a turn (one may follow it
+    # between turns, continuing as new after LIMIT events).
+    assert inputs[0]["turns"] == 1 and sum(i["turns"] for i in inputs) == 1
+    assert not any((i.get("carried") or {}).get("turn") for i in inputs)
     activities = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
                   if e.HasField("activity_task_scheduled_event_attributes")]
     assert activities.count("dsh.turn") == 1 and not any(
