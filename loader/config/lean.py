@@ -102,7 +102,7 @@ _SECTIONS = (
         _f("continue_as_new_updates", _ints(1), 1_000),
         _f("heartbeat_timeout_seconds", _duration("gt"), 60.0),
         _f("max_running_children", _ints(1), 2_000),
-        _f("turn_workflows", ("lit", ("root", "all", "none")), "none"),
+        _f("turn_workflows", ("lit", ("root", "all", "none")), "root"),
     )),
 )
 CONFIG = Schema("Config", (

@@ -147,9 +147,9 @@ class TemporalConfig(_Schema):
     max_running_children: Annotated[int, Field(ge=1)] = 2_000
     # Whose turns run in a workflow of their own, so the agent's run continues as new while one
     # long turn goes on (loader/engines/README.md "A turn across runs"): the root's (its history
-    # takes the tree's charges and a fan-out's notices), every agent's, or none (the default: one
+    # takes the tree's charges and a fan-out's notices; the default), every agent's, or none (one
     # workflow fewer per turn; one turn then lives within one run's 51,200 events).
-    turn_workflows: Literal["root", "all", "none"] = "none"
+    turn_workflows: Literal["root", "all", "none"] = "root"
 
 
 class Config(_Schema):

@@ -35,8 +35,9 @@ class TurnRuns(RunEnds):
     """The agent workflow's turns in workflows of their own (`temporal.turnWorkflows`)."""
 
     def _by_run(self) -> bool:
-        """This agent's turns run in a workflow of their own: the root's (`root`: the tree's charges
-        and a fan-out's notices land in its history), every agent's (`all`), or none (the default)."""
+        """This agent's turns run in a workflow of their own: the root's (`root`, the default: the
+        tree's charges and a fan-out's notices land in its history), every agent's (`all`), or none.
+        (A run started before the key says `none`: `RunSpec.turn_workflows`'s default.)"""
         policy = self._input.run.turn_workflows
         wanted = policy == "all" or (policy == "root" and self._input.parent_id is None)
         return wanted and workflow.patched(TURN_RUN_PATCH)
@@ -46,10 +47,16 @@ class TurnRuns(RunEnds):
         s = self._s
         s.turn_id = f"{info.workflow_id}#turn-{info.run_id}-{spec.seq}"
         s.turn_told, s.turn_offset, s.polled, s.outcome, s.movable = False, spec.offset, spec.offset, None, movable
+        spec.own_workflow = True  # one of this run's pending children: one agent child fewer runs meanwhile
+        self._residents.reserved += 1
         start = workflow.start_child_workflow(
             TURN_RUN_WORKFLOW, TurnRunInput(turn=spec, agent_workflow=info.workflow_id, task_queue=self._homes.queue()),
             id=s.turn_id, result_type=TurnOutcome, parent_close_policy=ParentClosePolicy.ABANDON)
-        handle: ChildWorkflowHandle[object, TurnOutcome] = await self._shielded(start)  # a cancel by hand is heard as `_cancelled`
+        try:
+            handle: ChildWorkflowHandle[object, TurnOutcome] = await self._shielded(start)  # a cancel: `_cancelled`
+        except BaseException:
+            self._residents.reserved -= 1
+            raise
         # Not cancelled once the outcome came by signal: a cancel of this task would reach the
         # turn's workflow; its result, a duplicate then, is dropped by `_heard`.
         self._hearing = asyncio.ensure_future(self._hear(handle, spec.seq))
@@ -107,6 +114,8 @@ class TurnRuns(RunEnds):
             outcome = await handle
         except ChildWorkflowError as exc:  # its workflow failed or was ended by hand: a failed turn
             outcome = TurnOutcome(seq=seq, failure=failure_levels(exc))
+        finally:
+            self._residents.reserved -= 1  # closed: no longer one of this run's pending children
         self._heard(outcome)
 
     def _heard(self, outcome: TurnOutcome) -> None:

@@ -60,6 +60,9 @@ class Residents:
         self.heard: set[str] = set()  # children whose notice entered this run
         self.settling = False  # the watcher settles a child now: the run does not continue as new
         self.running = 0  # this run's child runs started and not closed (`temporal.maxRunningChildren`)
+        # Pending children of this run that are not agents: its turn in a workflow of its own
+        # (mid_turn.py), which the server's pending-children limit counts as well.
+        self.reserved = 0
         self.told: set[str] = set()  # children with a handle here told this run continues as new
         self._quiet: bool | None = None  # QUIET_SETTLE_PATCH, asked at this run's first child start
         self._watcher: asyncio.Task[None] | None = None
@@ -164,7 +167,7 @@ class Residents:
         me = self._input
         run = me.run
         # --- admit begin: the limit checked and the start counted, no await between ---
-        if self.running >= run.max_running_children and workflow.patched(RUNNING_LIMIT_PATCH):
+        if self.running + self.reserved >= run.max_running_children and workflow.patched(RUNNING_LIMIT_PATCH):
             return False
         self.running += 1
         # --- admit end ---

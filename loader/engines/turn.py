@@ -252,7 +252,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store,
                                          bind=replay.bind_child if replay is not None else None,
                                          listed=elsewhere.add if elsewhere is not None else None,
-                                         room=RunningRoom(run.max_running_children, len(spec.children)))
+                                         room=RunningRoom(run.max_running_children - spec.own_workflow, len(spec.children)))
     fences: Fences | None = None
     script = replay.transcript.spec if replay is not None else None
     if replay is not None and script is not None and ((script.fences and run.fences_allowed) or script.user):

@@ -232,6 +232,9 @@ class TurnInput:
     more: int = 0
     # Homes: a child's log is made by its own create activity on its own home, not by this turn.
     children_elsewhere: bool = False
+    # The turn runs in a workflow of its own (mid_turn.py): one of its agent's run's pending
+    # children, so one fewer agent child may run while it does (`temporal.maxRunningChildren`).
+    own_workflow: bool = False
 
 
 @dataclass

@@ -272,6 +272,25 @@ def comparable(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def turn_started(event: Any) -> bool:
+    """A turn began in this history: its activity scheduled, or its own workflow (`dsh.turn_run`,
+    `temporal.turnWorkflows`) started."""
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        return bool(event.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn")
+    if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+        return bool(event.start_child_workflow_execution_initiated_event_attributes.workflow_type.name == "dsh.turn_run")
+    return False
+
+
+def turn_finished(event: Any, started: set[int]) -> bool:
+    """A turn that began at one of the `started` event ids completed (activity or workflow)."""
+    if event.HasField("activity_task_completed_event_attributes"):
+        return event.activity_task_completed_event_attributes.scheduled_event_id in started
+    if event.HasField("child_workflow_execution_completed_event_attributes"):
+        return event.child_workflow_execution_completed_event_attributes.initiated_event_id in started
+    return False
+
+
 async def with_turn_runs(client: Client, workflow_id: str) -> list[list[Any]]:
     """The events of `workflow_id`'s current run, then those of each turn workflow it started
     (`dsh.turn_run`, `temporal.turnWorkflows`), where its turn activities are scheduled: one list

@@ -157,7 +157,8 @@ async def all_events(client: Client, workflow_id: str, run_id: str | None = None
 
 
 async def queues_of(client: Client, workflow_id: str, run_id: str | None = None) -> list[tuple[str, str]]:
-    """(activity type, task queue) of each activity the runs scheduled, in order."""
+    """(activity type, task queue) of each activity the runs scheduled, in order, a turn's in its
+    own workflow (`dsh.turn_run`) counted where that workflow started."""
     out: list[tuple[str, str]] = []
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     run_id = run_id or history.events[0].workflow_execution_started_event_attributes.first_execution_run_id
@@ -168,6 +169,10 @@ async def queues_of(client: Client, workflow_id: str, run_id: str | None = None)
             if e.HasField("activity_task_scheduled_event_attributes"):
                 a = e.activity_task_scheduled_event_attributes
                 out.append((a.activity_type.name, a.task_queue.name))
+            if e.HasField("start_child_workflow_execution_initiated_event_attributes"):
+                child = e.start_child_workflow_execution_initiated_event_attributes
+                if child.workflow_type.name == "dsh.turn_run":
+                    out += await queues_of(client, child.workflow_id)
             if e.HasField("workflow_execution_continued_as_new_event_attributes"):
                 run_id = e.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return out

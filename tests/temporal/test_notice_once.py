@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import client, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import client, run_temporal, turn_started  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 
 from dsh.loader.engines import worker
@@ -85,6 +85,5 @@ async def test_a_notice_signalled_again_to_a_live_parent_is_entered_once(
     senders = [m["source"]["senderSessionId"] for m in notices(home, result.root_session_id)]
     assert senders == [ids["w1"], ids["w2"]]
     history = await client.get_workflow_handle(result.root_session_id).fetch_history()
-    activities = sum(e.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn"
-                     for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
+    activities = sum(turn_started(e) for e in history.events)  # turns begun: activities or turn workflows
     assert activities == root_turns == sum(e["type"] == "turn/start" for e in events) == 3

@@ -5,7 +5,8 @@ A Temporal server refuses a start command once a workflow run holds
 `limit.numPendingChildExecutions.error` children (2,000 by default) that have not closed, and it
 refuses it again at every retry of the workflow task: the run, and the tree, stalled for good (seen
 before this limit: four children under a limit of 2 gave no result within 40 s). The server here
-allows `SERVER_LIMIT`, and the runs set `temporal.maxRunningChildren` to the same:
+allows `SERVER_LIMIT`, and the runs set `temporal.maxRunningChildren` to the same; the root's turn
+runs in a workflow of its own, which holds one of those (`RUNNING` agent children run):
 - a turn's `subagent` past the limit is refused with RUNNING_LIMIT before anything is charged or
   written (`RunningRoom`, asking the workflow how many run), and the tree goes on;
 - the workflow's own check, the last word (a parallel cold resume from elsewhere): a start past
@@ -38,7 +39,10 @@ from dsh.loader.texts import render
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVER_LIMIT = 1
+SERVER_LIMIT = 2
+# The root's turn runs in a workflow of its own (`temporal.turnWorkflows: root`), itself one of the
+# root run's pending children: one agent child runs, the limit less that one.
+RUNNING = SERVER_LIMIT - 1
 BACKSTOP = 120.0  # a loud failure (past the server's limit the tree stalls for good), never an ordering
 
 
@@ -66,7 +70,8 @@ def transcript(tmp_path: Path, spawns: int) -> Path:
 async def run(client: Client, script: Path, home: Path) -> RunResult:
     plan = plan_flow(script)
     config: Config = plan.config.model_copy(update={
-        "temporal": plan.config.temporal.model_copy(update={"max_running_children": SERVER_LIMIT})})
+        "temporal": plan.config.temporal.model_copy(update={"max_running_children": SERVER_LIMIT,
+                                                            "turn_workflows": "root"})})
     queue = f"dsh-limit-{uuid.uuid4().hex[:8]}"
     request = RunRequest(home=home, config=backstopped(config), transcript=plan.script, fences_allowed=True)
     async with worker.make_worker(client, queue):
@@ -85,7 +90,7 @@ async def test_a_subagent_past_the_running_limit_is_refused_before_it_is_charged
     home = tmp_path / "home"
     result = await run(limited, transcript(tmp_path, spawns=3), home)
     assert (result.stop_reason, result.output, result.violations) == ("completed", "DONE", [])
-    refusal = {"code": "RUNNING_LIMIT", "message": render("T-ENGINE-RUNNING-LIMIT", limit=SERVER_LIMIT)}
+    refusal = {"code": "RUNNING_LIMIT", "message": render("T-ENGINE-RUNNING-LIMIT", limit=RUNNING)}
     assert tool_errors(home, result.root_session_id) == [refusal, refusal]  # c2 and c3
     # Nothing written for the refused ones: the root and w1 only, and w1's notice reached the root.
     [child] = [s["sessionId"] for s in result.subagents]
@@ -126,7 +131,7 @@ async def test_the_workflow_refuses_a_start_past_the_running_limit_with_no_comma
 
     monkeypatch.setattr(worker, "run_turn", gated)
     result = await run(limited, transcript(tmp_path, spawns=1), home)
-    assert answers["running"] == SERVER_LIMIT == 1  # w1, started and not closed
+    assert answers["running"] == RUNNING == 1  # w1, started and not closed (and the root's turn workflow)
     assert answers["refused"] == [answers["extra"]]
     assert answers["running_after"] == 1
     # No run of the refused child was ever started, and the tree finished as scripted.

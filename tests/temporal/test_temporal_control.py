@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from temporal_kit import backstopped, dev_server
+from temporal_kit import backstopped, dev_server, turn_finished, turn_started
 from temporalio.client import Client
 
 from dsh.loader.config import ComposedConfig, TemporalConfig, compose, flag_layer
@@ -75,16 +75,14 @@ def fenced_demo(tmp_path: Path) -> Path:
 
 
 async def root_turn_completed(client: Client, root_id: str) -> None:
-    """The root workflow's first turn activity completed (its history, long-polled)."""
+    """The root workflow's first turn completed (its history, long-polled)."""
     handle = client.get_workflow_handle(root_id)
-    turns: set[int] = set()  # scheduled event ids of its turn activities (not its create activity)
+    turns: set[int] = set()  # event ids where its turns began (not its create activity)
     async for event in handle.fetch_history_events(wait_new_event=True):
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            if event.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn":
-                turns.add(event.event_id)
-        if event.HasField("activity_task_completed_event_attributes"):
-            if event.activity_task_completed_event_attributes.scheduled_event_id in turns:
-                return
+        if turn_started(event):
+            turns.add(event.event_id)
+        if turn_finished(event, turns):
+            return
 
 
 async def dsh(args: list[str], env: dict[str, str], cwd: Path) -> Any:

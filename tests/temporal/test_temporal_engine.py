@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from temporal_kit import backstopped, both_engines, client, comparable, records_of, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, both_engines, client, comparable, records_of, run_temporal, settlement_facts, turn_started  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_control import root_turn_completed
 
@@ -178,8 +178,7 @@ async def turns_scheduled(client: Client, workflow_id: str, count: int) -> None:
     while True:
         async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(
                 wait_new_event=True):
-            seen += (event.HasField("activity_task_scheduled_event_attributes")
-                     and event.activity_task_scheduled_event_attributes.activity_type.name == "dsh.turn")
+            seen += turn_started(event)
             if seen >= count:
                 return
             if event.HasField("workflow_execution_continued_as_new_event_attributes"):
