@@ -24,10 +24,11 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
+from dsh.loader.engines.calls import first_closed
 from dsh.loader.engines.endings import RunEnds
-from dsh.loader.engines.patches import TURN_RUN_PATCH
+from dsh.loader.engines.patches import MOVED_TURN_PATCH, TURN_RUN_PATCH
 from dsh.loader.engines.turn_run import TURN_RUN_WORKFLOW, failure_levels, raise_failure
-from dsh.loader.engines.wire import Carried, TurnInput, TurnOutcome, TurnResult, TurnRunInput
+from dsh.loader.engines.wire import Carried, FailureLevel, TurnInput, TurnOutcome, TurnResult, TurnRunInput
 
 __all__ = ["TurnRuns"]
 
@@ -61,6 +62,23 @@ class TurnRuns(RunEnds):
         # turn's workflow; its result, a duplicate then, is dropped by `_heard`.
         self._hearing = asyncio.ensure_future(self._hear(handle, spec.seq))
         return await self._turn_outcome()
+
+    async def _moved_outcome(self) -> TurnResult:
+        """The turn this run began in (`Carried.turn`): its outcome comes by signal; its workflow is
+        watched meanwhile, as a child without a handle is (MOVED_TURN_PATCH)."""
+        if workflow.patched(MOVED_TURN_PATCH):
+            assert self._s.turn_id is not None
+            self._hearing = asyncio.ensure_future(self._watch_turn(self._s.turn_id, self._s.turn_seq))
+        return await self._turn_outcome()
+
+    async def _watch_turn(self, turn_id: str, seq: int) -> None:
+        """A turn's workflow that closed completed signalled its outcome before it returned; one
+        closed otherwise (terminated by hand, timed out) sent none: a failed turn, as `_hear` hears
+        it from a handle."""
+        closed = await first_closed([turn_id])
+        if closed.workflow_id is not None:
+            workflow.logger.warning("the turn workflow %s closed %s with no outcome", turn_id, closed.status)
+            self._heard(TurnOutcome(seq=seq, failure=[FailureLevel(f"Child Workflow execution {closed.status}", None)]))
 
     async def _turn_outcome(self) -> TurnResult:
         """The running turn's result, moving the run mid-turn while it is due; the turn never

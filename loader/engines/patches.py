@@ -63,3 +63,7 @@ QUIET_SETTLE_PATCH = "settled-only-when-moved"
 # run may continue as new while the turn goes on (README "A turn across runs"). Before it, the
 # turn was an activity of the run, and one long turn met the run's 51,200 events.
 TURN_RUN_PATCH = "turn-in-own-workflow"
+# A run that began mid-turn (`Carried.turn`) holds no handle on the turn's workflow: it watches it
+# with `dsh.first_closed` and hears a close without an outcome (terminated by hand, timed out) as a
+# failed turn. Before it, such a run waited for the turn's `turn_ended` signal forever.
+MOVED_TURN_PATCH = "moved-turn-watched"

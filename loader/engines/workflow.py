@@ -153,7 +153,7 @@ class AgentWorkflow(TurnRuns):
         turn: Awaitable[TurnResult]
         if self._s.running:  # Carried.turn
             offset = self._s.turn_offset
-            turn = self._turn_outcome()
+            turn = self._moved_outcome()
         else:
             offset = self._queue.handed
             self._s.turn_seq = self._s.ended

@@ -236,3 +236,47 @@ async def test_a_worker_killed_after_the_root_moved_mid_turn_loses_nothing(tmp_p
                for m in e["data"].get("inserted") or [] if m["source"]["kind"] == "subagent-settled"]
     assert sorted(notices) == sorted(s["sessionId"] for s in result.subagents) and len(notices) == KILL_FAN_OUT
     assert [e["data"]["turn"] for e in events if e["type"] == "turn/start"] == [1, 2]
+
+
+async def test_a_turn_workflow_terminated_after_its_agent_moved_fails_the_turn(tmp_path: Path) -> None:
+    """A root run that began mid-turn holds no handle on the turn's workflow: its outcome comes by
+    signal, which a workflow terminated by hand never sends. The run watches it (`dsh.first_closed`,
+    MOVED_TURN_PATCH) and hears the close as a failed turn: the root's run fails and the client
+    says so, as when the turn's workflow is terminated before any move (its handle's failure).
+    Before, the root's run waited for the signal for good: here, the backstop's timeout."""
+    from temporalio.client import WorkflowFailureError
+
+    from dsh.loader.engines.calls import chain
+
+    script = tmp_path / "held.yaml"
+    script.write_text(held_fan_out(SIZE))  # held until the test ends it: only a retried turn frees it
+    plan = plan_flow(script)
+    async with dev_server() as client:
+        address = client.service_client.config.target_host
+        queue = f"moved-end-{uuid.uuid4().hex[:8]}"
+        temporal = plan.config.temporal.model_copy(update={
+            "task_queue": queue, "continue_as_new_after": LIMIT, "turn_workflows": "root"})
+        testing = plan.config.testing.model_copy(update={"fence_timeout_seconds": BACKSTOP})
+        config = plan.config.model_copy(update={"temporal": temporal, "testing": testing})
+        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        request = RunRequest(home=tmp_path / "home", config=config, transcript=plan.script, fences_allowed=True,
+                             sinks=RunSinks(on_started=started.set_result))
+        from test_faults import dsh_worker
+
+        with dsh_worker(address, queue, tmp_path):
+            task = asyncio.create_task(run_tree_temporal(request, temporal, client=client))
+            root = await asyncio.wait_for(started, BACKSTOP)
+            first_run = (await client.get_workflow_handle(root).describe()).run_id
+            assert first_run is not None
+            await asyncio.wait_for(continued_as_new(client, root, first_run), BACKSTOP)  # moved mid-turn
+            await asyncio.wait_for(took(client, root, first_run, 1 + SIZE), BACKSTOP)  # the task, every notice
+            first = (await run_histories(client, root))[0]
+            turn_id = next(e.start_child_workflow_execution_initiated_event_attributes.workflow_id for e in first.events
+                           if e.HasField("start_child_workflow_execution_initiated_event_attributes"))
+            await client.get_workflow_handle(turn_id).terminate("by hand")
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(task, BACKSTOP)
+            current = (await client.get_workflow_handle(root).describe()).run_id
+            await replays_and_kept(client, root, "moved-turn-terminated.json", run_id=current)
+    assert current != first_run  # the run that failed began mid-turn
+    assert "Child Workflow execution terminated" in chain(failed.value), chain(failed.value)
