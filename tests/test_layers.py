@@ -135,13 +135,13 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0,
                                 "homes": 0, "logs": 1, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
                                 "residents": 2, "turn_run": 2, "residency": 3, "endings": 4, "mid_turn": 5,
-                                "workflow": 6, "reader": 1, "projection": 1, "settle": 1, "recording": 1, "backends": 2,
-                                "turn": 3, "stream": 3, "tree_logs": 4, "control": 7, "link": 8, "remote_user": 8,
-                                "client": 9, "worker": 10}
-# Workflow code: the workflow class and the state it keeps (the SDK does not inherit handler
-# decorators, so the handlers stay on the class and the state and its rules are plain classes).
+                                "root_handlers": 6, "child_handlers": 7, "workflow": 8, "reader": 1, "projection": 1,
+                                "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3, "tree_logs": 4,
+                                "control": 9, "link": 10, "remote_user": 10, "client": 11, "worker": 12}
+# Workflow code: the workflow class, its handler base classes and the state it keeps (the state
+# and its rules are plain classes).
 WORKFLOW_SIDE = ["patches", "queue", "board", "ledger", "calls", "pinning", "residents", "residency", "endings",
-                 "turn_run", "mid_turn", "workflow"]
+                 "turn_run", "mid_turn", "root_handlers", "child_handlers", "workflow"]
 
 
 def test_engine_modules_import_one_way_and_workflow_code_only_the_wire():

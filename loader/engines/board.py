@@ -2,8 +2,8 @@
 
 Workflow-side state (deterministic, no I/O; it may import only `wire`): every fence fact of the
 tree, each once, in arrival order. Turns publish their facts (signal `fence_facts`) and mirror the
-board through a long-poll (update `fence_facts_after`); the workflow class keeps the handlers (the
-SDK does not inherit handler decorators) and this class the facts.
+board through a long-poll (update `fence_facts_after`); `RootHandlers` (root_handlers.py) keeps
+the handlers and this class the facts.
 
 Invariants:
 - `facts` only grows and holds no fact twice (`_seen` is its set of tuples);

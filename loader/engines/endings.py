@@ -3,9 +3,8 @@
 before its run fails, a cancel by hand, the stall report and the notice to the parent. Workflow
 code (deterministic, no I/O; it may import only `wire` and the other workflow-side modules).
 
-`RunEnds` is a base class of `AgentWorkflow` holding these commands as plain methods (the SDK
-does not inherit handler decorators, so the handlers stay on the workflow class; plain methods
-are inherited as usual). Signals are named by their registered names (`settled`, `child_state`),
+`RunEnds` is a base class of `AgentWorkflow` holding these commands as plain methods (the
+handlers they stand in for, `release`, are the workflow class's). Signals are named by their registered names (`settled`, `child_state`),
 which is what history records, so a move here changes no command.
 """
 

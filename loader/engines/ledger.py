@@ -3,8 +3,7 @@
 Workflow-side state (deterministic, no I/O; it may import only `wire` and `models.budget`): the
 tree's one `RunBudget`, charged by every turn of the tree on any worker (signal `charges`, the
 older updates `charge`/`charge_many`), and each charge source's last batch's answers, read by
-query `charged`. The handlers stay on the workflow class (the SDK does not inherit handler
-decorators); the check and count are `RunBudget.count`, the local engine's own code, with no
+query `charged`. The handlers are `RootHandlers`' (root_handlers.py); the check and count are `RunBudget.count`, the local engine's own code, with no
 await between them, so the limits are exact across workers.
 
 Invariant: a source has one batch in flight, so `answers[source]` holds only its last batch's

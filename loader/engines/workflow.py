@@ -5,12 +5,15 @@ re-imports this module; `wire` and the workflow-side state modules are passed th
 `RunBudget`, plain counting, for the tree's run budget the root keeps). The turns themselves run in
 the `dsh.turn` activity (turn.py), which reaches back here through the two updates.
 
-The SDK does not inherit handler decorators, so every handler is on `AgentWorkflow`; the state and
-its rules are plain classes beside it: the delivery queue (queue.py), the resident-children table
-(residents.py), the fence board (board.py), the tree's charge ledger (ledger.py), the turn
-counters, flags and rules of the residency itself (residency.py, whose invariants are the run's);
-the hand-over and ending commands are the plain methods of its base `RunEnds` (endings.py), the
-activity calls one helper each (calls.py), the patch names patches.py's.
+Here: the run, its turns, the running turn's long-polls, inbox and interrupt handlers. Its base
+classes hold the rest, as the SDK collects a base class's handlers under their registered names:
+the children's handlers (child_handlers.py), the root's board and budget handlers
+(root_handlers.py), turns in workflows of their own (mid_turn.py) and the hand-over and ending
+commands (endings.py). The state and its rules are plain classes: the delivery queue (queue.py),
+the resident-children table (residents.py), the fence board (board.py), the tree's charge ledger
+(ledger.py), the turn counters, flags and rules of the residency itself (residency.py, whose
+invariants are the run's); the activity calls one helper each (calls.py), the patch names
+patches.py's.
 
 The SDK's rules hold here: no await inside a signal handler's bookkeeping that another handler
 must not see half done, and every command (activity, child start, signal, timer, continue-as-new,
@@ -21,20 +24,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        AgentView, Answer, Carried, Charge, Charged, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
-        MessageChild, Poll, PollReply, ResumeCheck, StartChild, TreeInput, TreeResult, TurnInput, TurnOutcome,
-        TurnResult,
+        AgentView, Answer, Carried, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt, MessageChild,
+        Poll, PollReply, ResumeCheck, TreeInput, TreeResult, TurnInput, TurnOutcome, TurnResult,
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
-    from dsh.loader.engines.mid_turn import TurnRuns
+    from dsh.loader.engines.child_handlers import ChildHandlers
     from dsh.loader.engines.ledger import ChargeLedger
     from dsh.loader.engines.patches import (
         CANCEL_PATCH, FAILED_TURN_PATCH, HANDOVER_PATCH, PAGED_PATCH, ROOT_CANCEL_PATCH, ROOT_DRAIN_PATCH,
@@ -49,7 +49,7 @@ __all__ = ["AgentWorkflow"]
 
 
 @workflow.defn(name="dsh.agent")
-class AgentWorkflow(TurnRuns):
+class AgentWorkflow(ChildHandlers):
     @workflow.init
     def __init__(self, input: TreeInput) -> None:
         """The run's state from its input, before any handler runs: a signal (a child's notice, a
@@ -344,127 +344,3 @@ class AgentWorkflow(TurnRuns):
             await to_parent(self._input, "deliver", delivery)
         finally:
             self._s.calls -= 1
-
-    # -- the fence board (root; board.py) ---------------------------------------------------
-    @workflow.signal
-    def fence_facts(self, facts: list[list[Any]], source: str | None = None) -> None:
-        """A turn anywhere in the tree (`source`; None: a workflow) recorded these fence facts
-        (root workflow only)."""
-        self._board.add(facts, source)
-
-    @workflow.update
-    async def fence_facts_after(self, after: int, source: str | None = None) -> list[list[Any]]:
-        """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes.
-        It answers once a fact past `after` comes from elsewhere than the polling turn
-        (`source`; Temporal allows 2,000 updates per run; issue 12 item 7). A run about to
-        continue as new answers what it has (maybe nothing): the turn polls again, the next run."""
-        self._s.updates += 1
-        await workflow.wait_condition(lambda: self._s.closing or self._s.handing_over or self._board.news_for(after, source))
-        return self._board.facts[after:]
-
-    # -- the tree's run budget (root; ledger.py) --------------------------------------------
-    @workflow.update
-    def charge(self, charge: Charge) -> Charged:
-        """One charge of a turn (runs before signal `charges`; kept so their histories replay)."""
-        self._s.updates += 1
-        return self._ledger.count(charge)
-
-    @workflow.update
-    def charge_many(self, charges: list[Charge]) -> list[Charged]:
-        """Charges batched by a worker process, each counted in order as `charge` counts it (runs
-        before signal `charges`; kept so their histories replay)."""
-        self._s.updates += 1
-        return [self._ledger.count(c) for c in charges]
-
-    @workflow.signal
-    def charges(self, source: str, batch: int, charges: list[Charge]) -> None:
-        """Charges of several turns, batched by their worker process (`worker._charges`), each
-        counted in order as `charge` counts it; the answers are read by query `charged`. A signal,
-        not an update: a server caps a run's updates, and a tree's charges are one per model
-        request and spawn (2,000 requests by default)."""
-        self._ledger.count_batch(source, batch, charges)
-
-    @workflow.query
-    def charged(self, source: str, batch: int) -> list[Charged] | None:
-        """The answers to `source`'s batch `batch` of `charges`, None before it is counted."""
-        return self._ledger.answered(source, batch)
-
-    @workflow.signal
-    def spent(self, tokens: int) -> None:
-        """A reply's tokens, charged to the tree's budget (root only; no answer, so a signal)."""
-        self._ledger.budget.tokens += tokens
-
-    # -- children (residents.py) ------------------------------------------------------------
-    @workflow.update
-    async def start_child(self, request: StartChild) -> None:
-        """`subagent` in a running turn: start the child's first epoch; returns once it started."""
-        self._s.updates += 1
-        if request.child_id in self._residents:
-            return  # a retried turn asked again
-        await self._start(request.child_id, request.descriptor, Delivery(request.prompt), request.depth, 1, request.header)
-
-    @workflow.update
-    async def start_children(self, requests: list[StartChild]) -> list[str]:
-        """`subagent` calls of a running turn, batched: one update starts them all (their start
-        commands go out in one workflow task) and returns once every one has started. Temporal
-        holds at most 10 updates in flight on a workflow and 2,000 per run; one update per child
-        refused starts at N=300 (issue 12 item 7). Answers the ids refused for the running limit
-        (`temporal.maxRunningChildren`; the turn admits none past it, so only a parallel cold
-        resume from elsewhere can leave one here)."""
-        self._s.updates += 1
-        fresh = [r for r in requests if r.child_id not in self._residents]  # a retried turn asked again
-        started = await asyncio.gather(*(self._start(r.child_id, r.descriptor, Delivery(r.prompt), r.depth, 1, r.header)
-                                         for r in fresh))
-        return [r.child_id for r, ok in zip(fresh, started, strict=True) if not ok]
-
-    @workflow.query
-    def running_children(self) -> int:
-        """This run's children running now (started, not closed): what a turn near
-        `temporal.maxRunningChildren` asks before it admits another `subagent`."""
-        return self._residents.running
-
-    async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
-                     header: dict[str, Any] | None = None) -> bool:
-        return await self._residents.start(child_id, descriptor, first, depth, epoch, self._settle, header)
-
-    @workflow.signal
-    def homed(self, session_id: str, queue: str) -> None:
-        """A session of the tree found its log a home its parent did not know (the root: the
-        stream reads a page on each home, query `homes`)."""
-        self._homes.learn(session_id, queue)
-
-    @workflow.query
-    def homes(self) -> list[str]:
-        return list(self._homes.tree)
-
-    @workflow.signal
-    async def settled(self, result: TreeResult) -> None:
-        """A child's run ended (its result, sent before it returns): the notice reaches the run
-        current now, also one that did not start the child (continued as new since)."""
-        await self._settle(result.session_id, result)
-
-    async def _settle(self, child_id: str, result: TreeResult) -> None:
-        """A child's result entered once: it comes as signal `settled` and, to the run that started
-        the child, as the child's result too; the notice id (`notice_id(child, epoch)`) tells."""
-        key = str(result.notice["id"]) if result.notice is not None else f"{child_id}#{result.epoch}"
-        self._homes.learn(child_id, result.home_queue, claimed=result.claimed)  # its next epoch and resume check go there
-        self._homes.heard_from(child_id, result.known_homes)  # and its next epoch's resume checks
-        if not self._residents.enter(key, child_id):
-            return
-        self._s.violations.extend(result.violations)
-        self._s.engage(result.fences_engaged)
-        if result.notice is not None:
-            # A closing agent takes the notice as an inject and starts no turn for it (§9.2 step 4).
-            self._queue.accept(Delivery(result.notice, send="inject" if self._s.releasing else "notice"))
-        run = self._input.run
-        if run.fences and result.agent_key is not None and (
-                run.fence_agents is None or result.agent_key in run.fence_agents):
-            # The fence fact `settled` (after the notice, as the local settlement edge): recorded
-            # before this child stops being resident, so the tree cannot close without it.
-            fact: list[Any] = ["settled", result.agent_key, result.epoch or 0]
-            if self._input.parent_id is None:
-                self.fence_facts([fact])
-            else:
-                await workflow.get_external_workflow_handle(run.root_id).signal(AgentWorkflow.fence_facts, [fact])
-        self._residents.drop(child_id)
-
