@@ -54,14 +54,19 @@ async def limited() -> AsyncIterator[Client]:
 
 def transcript(tmp_path: Path, spawns: int) -> Path:
     """The root starts `spawns` children in one step; w1 is held until the root's second step, so
-    it runs while the others are asked for. Only w1 is scripted: the rest are refused."""
+    it runs while the others are asked for. Only w1 is scripted: the rest are refused. The root's
+    second step is held until w1's first: the root's turn, and so its turn workflow (one of the
+    run's pending children), is still running while w1's turn is about to run (the test's gate);
+    without it the turn could end first and free the slot the workflow's check counts."""
     calls = [{"id": f"c{i}", "name": "subagent", "arguments": {"label": f"w{i}", "prompt": f"Reply with W{i}."}}
              for i in range(1, spawns + 1)]
     path = tmp_path / "limited.json"
     path.write_text(json.dumps({
         "version": 1, "name": "running-limit", "task": "Start workers.",
         "fences": [{"hold": {"agent": "w1", "turn": 1, "step": 1,
-                             "until": {"stepReached": {"agent": "root", "turn": 1, "step": 2}}}}],
+                             "until": {"stepReached": {"agent": "root", "turn": 1, "step": 2}}}},
+                   {"hold": {"agent": "root", "turn": 1, "step": 2,
+                             "until": {"stepReached": {"agent": "w1", "turn": 1, "step": 1}}}}],
         "agents": {"root": {"replies": [{"toolCalls": calls}, {"text": "STARTED"}, {"text": "DONE"}]},
                    "w1": {"spawnedBy": "c1", "replies": [{"text": "W1_DONE"}]}}}))
     return path
