@@ -16,11 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.engines.control import interrupt_workflow, workflow_children, workflow_status
+from dsh.loader.engines.long_polls import board_after, resent, unless_cancelled, workflow_gone
 from dsh.loader.engines.wire import (
     Answer, Charge, Charged, ChildRef, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
 )
@@ -40,6 +41,8 @@ OTHER_UPDATES = 4
 # A turn whose run has spent its updates asks for deliveries by query this often: a notice or an
 # interrupt reaches it at most this late (a long-poll update answers at once).
 QUERY_POLL = 0.25
+# Signals of fence facts sent before the turn gives a batch up (its log says so).
+PUBLISH_TRIES = 6
 
 
 class TurnLink:
@@ -73,7 +76,7 @@ class TurnLink:
             try:
                 reply = await self.handle.execute_update(AgentWorkflow.deliveries_after, poll)
             except Exception as exc:
-                _unless_cancelled(exc)
+                unless_cancelled(exc)
                 # Refused (the run's updates spent elsewhere, a server under load): by query from now.
                 logger.warning("the long-poll of %s failed, polling by query: %r", self.handle.id, exc)
                 self._by_query = True
@@ -86,7 +89,7 @@ class TurnLink:
             try:
                 reply = await self.handle.query(AgentWorkflow.deliveries_now, poll)
             except Exception as exc:
-                _unless_cancelled(exc)
+                unless_cancelled(exc)
                 # A query waits for the worker to answer it, and a busy one (a big fan-out's
                 # activations in the same process) can time it out: the next one is asked anyway.
                 failing += 1
@@ -121,7 +124,7 @@ class TurnLink:
 
     async def _send_starts(self, batch: list[StartChild]) -> list[bool]:
         # Sent again if it met the run continuing as new (mid-turn): a start asked twice is made once.
-        refused = await _resent(lambda: _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch)))
+        refused = await resent(lambda: _pressed(lambda: self.handle.execute_update(AgentWorkflow.start_children, batch)))
         return [r.child_id not in (refused or ()) for r in batch]  # None: a worker before RUNNING_LIMIT
 
     async def running_children(self) -> int:
@@ -135,24 +138,29 @@ class TurnLink:
         activity.heartbeat()
 
     async def publish_facts(self, facts: list[list[Any]]) -> None:
-        await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
+        """Sent again after a refusal (a server under load): the board counts a fact once, and a
+        fact lost here is one a held agent waits for until its fence times out."""
+        delay = 0.05
+        for attempt in range(1, PUBLISH_TRIES + 1):
+            try:
+                await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
+                return
+            except Exception as exc:
+                unless_cancelled(exc)
+                if workflow_gone(exc) or attempt == PUBLISH_TRIES:
+                    raise
+                logger.info("publishing fence facts to %s failed (try %d), sent again: %r", self.root.id, attempt, exc)
+            await asyncio.sleep(random.uniform(delay / 2, delay))  # flow control, not an ordering
+            delay = min(2 * delay, 2.0)
 
     async def facts_after(self, after: int) -> list[list[Any]]:
-        return await _resent(lambda: self.root.execute_update(AgentWorkflow.fence_facts_after, args=[after, self.source]))
+        return await board_after(self.root, after, self.source)
 
     async def charge(self, charge: Charge) -> Charged:
         if charge.kind == "tokens":  # nothing to answer: a signal, outside the update limit
             await self.root.signal(AgentWorkflow.spent, charge.tokens)
             return Charged()
         return await _charges(self.root).ask(charge)
-
-
-def _unless_cancelled(exc: Exception) -> None:
-    """Raise `exc` again when the current task is being cancelled (a poll the ended turn abandons):
-    the SDK turns a cancelled call into its own error type, which must not be retried."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise exc
 
 
 _CHARGES: dict[str, _Batched[Charge, Charged]] = {}  # root workflow id -> its batcher here, while busy
@@ -267,32 +275,3 @@ async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
                 raise
         await asyncio.sleep(random.uniform(0.0, delay))
         delay = min(2 * delay, 2.0)
-
-
-# What the server says of an update that met a run closing (continuing as new), unanswered.
-CLOSING_RUN = ("aborted by closing workflow", "unexpected workflow task failure")
-
-
-def _run_closed(exc: BaseException) -> bool:
-    """The update met the end of the run it reached (the workflow continued as new): refused
-    before it was accepted (also when the server refused the closing task for a signal that came
-    meanwhile: "unexpected workflow task failure"), or accepted and never answered. Either way
-    no run has answered it, so a read-only update is sent again (to the workflow id: the run
-    current now)."""
-    if isinstance(exc, RPCError):
-        return any(text in exc.message for text in CLOSING_RUN)
-    if isinstance(exc, WorkflowUpdateFailedError):
-        cause = exc.cause
-        return isinstance(cause, ApplicationError) and "AcceptedUpdateCompletedWorkflow" in str(cause)
-    return False
-
-
-async def _resent(call: Callable[[], Awaitable[_T]]) -> _T:
-    """A read-only long-poll, sent again while the runs it reaches continue as new."""
-    while True:
-        try:
-            return await call()
-        except (RPCError, WorkflowUpdateFailedError) as exc:
-            if not _run_closed(exc):
-                raise
-            logger.info("an update met a run continuing as new; sent again: %r", exc)

@@ -3,8 +3,8 @@ done from the client, through the same calls `dsh interrupt` and `dsh send` make
 
 The conditions (`when`, fence conditions, §16.1) are read from the root's fence board: the turns
 publish the facts of every agent a fence or a user action names (`Fences.named`, `RunSpec.fences`
-on for a transcript with a user list), and this runner mirrors the board as a turn does (update
-`fence_facts_after`, source `user`) into a `Fences` of its own that holds nothing and only answers
+on for a transcript with a user list), and this runner mirrors the board as a turn does
+(`long_polls.board_after`, source `user`) into a `Fences` of its own that holds nothing and only answers
 `wait_until`. Once a condition holds, the action's agent is found from the logs the client reads
 (the feed: the replay bindings rebuilt in creation order, `logs.replay_over`), its parent
 from its header, and the call made with the user's authority. Violations as on the local engine:
@@ -24,7 +24,7 @@ from temporalio.client import Client
 
 from dsh.loader.engines.control import user_call
 from dsh.loader.engines.logs import replay_over
-from dsh.loader.engines.workflow import AgentWorkflow
+from dsh.loader.engines.long_polls import TreeClosed, board_after
 from dsh.loader.errors import DshError
 from dsh.loader.fences import Fences
 from dsh.loader.host.protocol import RpcError
@@ -73,13 +73,10 @@ class RemoteUser(UserRunner):
         seen = 0
         while True:
             try:
-                facts = await handle.execute_update(AgentWorkflow.fence_facts_after, args=[seen, "user"])
-            except Exception as exc:  # the tree closed: nothing more to learn
-                logger.debug("the user's board mirror ends: %r", exc)
+                facts = await board_after(handle, seen, "user")
+            except TreeClosed:  # nothing more to learn
+                logger.debug("the user's board mirror ends: the tree %s closed", self.root_id)
                 return
-            if not facts:  # the run handed over (the next update reaches the new one) or is closing:
-                await self._next_pass()  # ask again after the feed's next pass, not at once
-                continue
             seen += len(facts)
             self.fences.merge(tuple(f) for f in facts)
 

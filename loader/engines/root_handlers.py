@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from dsh.loader.engines.board import FenceBoard
 from dsh.loader.engines.ledger import ChargeLedger
 from dsh.loader.engines.mid_turn import TurnRuns
-from dsh.loader.engines.wire import Charge, Charged
+from dsh.loader.engines.wire import BOARD_SPENT, BoardView, Charge, Charged
 
 __all__ = ["RootHandlers"]
 
@@ -43,6 +44,22 @@ class RootHandlers(TurnRuns):
         self._s.updates += 1
         await workflow.wait_condition(lambda: self._s.closing or self._s.handing_over or self._board.news_for(after, source))
         return self._board.facts[after:]
+
+    @fence_facts_after.validator
+    def _board_not_spent(self, after: int, source: str | None = None) -> None:
+        """Refused once the run has taken `temporal.continueAsNewUpdates` updates: a refused update
+        is not one of the run's (the server's cap counts only accepted ones) and leaves no event,
+        so the board's pollers read by query (`fence_board_since`) and leave the rest of the cap
+        to child starts and messages. A validator is not run on replay: no command changes."""
+        if self._s.updates >= self._input.run.continue_as_new_updates:
+            raise ApplicationError("this run's updates are spent: read the board by query", type=BOARD_SPENT)
+
+    @workflow.query
+    def fence_board_since(self, after: int) -> BoardView:
+        """The board past `after`, and whether this run's updates are spent (a query adds nothing
+        to history: a mirror asks it before each long-poll, and in its place once spent or refused)."""
+        return BoardView(facts=self._board.facts[after:],
+                         spent=self._s.updates >= self._input.run.continue_as_new_updates)
 
     # -- the tree's run budget (root; ledger.py) --------------------------------------------
     @workflow.update

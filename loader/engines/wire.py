@@ -278,6 +278,21 @@ class PollReply:
     base: int = 0
 
 
+# The error type of a board long-poll refused because its run's updates are spent (its validator).
+BOARD_SPENT = "BOARD_SPENT"
+
+
+@dataclass
+class BoardView:
+    """The fence board past an index, by query (`fence_board_since`): read by a mirror in place
+    of the long-poll update while `spent` (the run has taken `temporal.continueAsNewUpdates`
+    updates: its board polls then leave the rest of the server's cap to starts and messages) or
+    while the server refuses the update."""
+
+    facts: list[list[Any]] = field(default_factory=list)
+    spent: bool = False
+
+
 @dataclass
 class Interrupt:
     """An interrupt request (SPEC §10.1): `parent` from `interrupt_agent` (`caller` is the live
