@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from source_kit import parse_source
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +71,7 @@ def unit_of_module(name: str) -> str | None:
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, imported module) for every absolute import in `path` (dsh's own are `dsh.loader.*`, `dsh.cli.*`)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -332,11 +332,13 @@ def test_the_session_store_and_inbox_spell_no_error_text_of_their_own() -> None:
     import ast
     from pathlib import Path
 
+    from source_kit import parse_source
+
     root = Path(__file__).resolve().parents[1] / "loader"
     message_at = {"SessionError": 1, "InboxError": 1, "CheckpointError": 0}  # after the code, if any
     inline = []
     for path in [*sorted((root / "session").glob("*.py")), root / "agent" / "inbox.py"]:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_source(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in message_at:
                 at = message_at[node.func.id]
                 if len(node.args) > at and isinstance(node.args[at], (ast.JoinedStr, ast.Constant)):

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_kit import parse_source
 
 SUBAGENTS = Path(__file__).resolve().parents[2] / "loader" / "subagents"
 
@@ -29,7 +30,7 @@ def _guarded(node: ast.expr) -> str | None:
 
 def writes_of(path: Path) -> list[str]:
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_source(path)):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
@@ -54,7 +55,7 @@ def test_only_the_manager_writes_its_state(module: str) -> None:
 
 def imported(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
         elif isinstance(node, ast.Import):
