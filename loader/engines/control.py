@@ -10,8 +10,11 @@ not resident: interrupting it is the accepted no-op.
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,23 +28,63 @@ from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumab
 __all__ = ["NotRunning", "interrupt_workflow", "locate", "message_workflow", "run_is_live", "run_status",
            "subagent_list", "user_call", "view_of", "workflow_status"]
 
+logger = logging.getLogger(__name__)
+
 
 class NotRunning(Exception):
     """The agent's workflow is not running (never started, or its run has closed)."""
 
 
+# A refused update waits this long in all for the run to admit it (it continues as new between
+# turns once it took `temporal.continueAsNewUpdates` updates), then the refusal is raised.
+ADMIT_WAIT = 30.0
+
+
+def _refused(exc: BaseException) -> bool:
+    """The server refused the update for one of its limits, not because the workflow closed: the
+    run's cap of updates (`history.maxTotalUpdates`: FAILED_PRECONDITION, "limit on the total
+    number of distinct updates") or the updates in flight (RESOURCE_EXHAUSTED)."""
+    if not isinstance(exc, RPCError):
+        return False
+    return exc.status == RPCStatusCode.RESOURCE_EXHAUSTED or (
+        exc.status == RPCStatusCode.FAILED_PRECONDITION and "limit on the total number" in exc.message)
+
+
 def _closed(exc: BaseException) -> bool:
-    """The server's answer for an update to a workflow that does not run (closed or unknown)."""
+    """The server's answer for an update to a workflow that does not run (closed or unknown).
+    A refusal for the server's limits is not one: an interrupt it refused was never applied, and
+    taking it for a closed child answered `accepted` for an interrupt that did nothing."""
     if isinstance(exc, RPCError):
-        return exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
+        return exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION) and not _refused(exc)
     return isinstance(exc, WorkflowUpdateFailedError) and "completed" in str(exc.cause or exc)
+
+
+_T = TypeVar("_T")
+
+
+async def _admitted(call: Callable[[], Awaitable[_T]]) -> _T:
+    """An update sent again, with a capped, jittered backoff, while the server refuses it for its
+    limits (`_refused`), for up to `ADMIT_WAIT` seconds. Flow control, not an ordering: a refused
+    update never reached the workflow, so sending it again is its first delivery."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ADMIT_WAIT
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except RPCError as exc:
+            if not _refused(exc) or loop.time() >= deadline:
+                raise
+            logger.info("an update was refused for the server's limits; sent again: %r", exc)
+        await asyncio.sleep(random.uniform(delay / 2, delay))
+        delay = min(2 * delay, 2.0)
 
 
 async def interrupt_workflow(client: Client, root_id: str, target: str, request: Interrupt) -> Answer | None:
     """The target's workflow checks and applies the interrupt; None when no workflow runs for it."""
     handle = client.get_workflow_handle_for(AgentWorkflow.run, child_workflow_id(root_id, target))
     try:
-        return await handle.execute_update(AgentWorkflow.interrupt, request)
+        return await _admitted(lambda: handle.execute_update(AgentWorkflow.interrupt, request))
     except (RPCError, WorkflowUpdateFailedError) as exc:
         if _closed(exc):
             return None
@@ -53,7 +96,7 @@ async def message_workflow(client: Client, root_id: str, parent_id: str, request
     cold-resume: §8.7); `NotRunning` when the parent has no running workflow (not live)."""
     handle = client.get_workflow_handle_for(AgentWorkflow.run, agent_workflow_id(root_id, parent_id))
     try:
-        return await handle.execute_update(AgentWorkflow.message_child, request)
+        return await _admitted(lambda: handle.execute_update(AgentWorkflow.message_child, request))
     except (RPCError, WorkflowUpdateFailedError) as exc:
         if _closed(exc):
             raise NotRunning(parent_id) from exc
