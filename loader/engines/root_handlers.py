@@ -9,7 +9,8 @@ changes no command and no name in history (tests/temporal/test_replay.py).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -19,7 +20,19 @@ from dsh.loader.engines.ledger import ChargeLedger
 from dsh.loader.engines.mid_turn import TurnRuns
 from dsh.loader.engines.wire import BOARD_SPENT, BoardView, Charge, Charged
 
-__all__ = ["RootHandlers"]
+__all__ = ["RootHandlers", "long_poll"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def long_poll(fn: Callable[_P, Awaitable[_R]]) -> workflow.UpdateMethodMultiParam[_P, _R]:
+    """`@workflow.update` for a long-poll: one still open when the run ends is abandoned (it does
+    no work, and its caller reads the close: a mirror ends, an ended turn has given its poll up),
+    not the SDK's `UnfinishedUpdateHandlersWarning`. No command changes. Typed as the bare
+    decorator types it: the SDK's keyword form types an async handler's result as its coroutine."""
+    return cast("workflow.UpdateMethodMultiParam[_P, _R]",
+                workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)(fn))
 
 
 class RootHandlers(TurnRuns):
@@ -35,7 +48,7 @@ class RootHandlers(TurnRuns):
         (root workflow only)."""
         self._board.add(facts, source)
 
-    @workflow.update
+    @long_poll
     async def fence_facts_after(self, after: int, source: str | None = None) -> list[list[Any]]:
         """A turn's long-poll of the board: the facts past `after`, or [] once the tree closes.
         It answers once a fact past `after` comes from elsewhere than the polling turn

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.queue import DeliveryQueue
     from dsh.loader.engines.residency import Residency
     from dsh.loader.engines.residents import Residents, to_parent
+    from dsh.loader.engines.root_handlers import long_poll
     from dsh.loader.models.budget import RunLimits
 
 __all__ = ["AgentWorkflow"]
@@ -225,7 +226,9 @@ class AgentWorkflow(ChildHandlers):
         self._residents.report(state)
 
     # -- the running turn's long-polls ------------------------------------------------------
-    @workflow.update
+    # Still open when the run ends, abandoned (`long_poll`): its caller is a turn that has ended
+    # (which gave its poll up; the server keeps it until the run closes) or reads the close next.
+    @long_poll
     async def deliveries_after(self, poll: Poll) -> PollReply:
         """The running turn's long-poll: what arrived past `poll.after` and the interrupts it has
         not applied, or nothing once it has ended."""
