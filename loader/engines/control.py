@@ -25,7 +25,7 @@ from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.client import NotAChild, UnknownSession
 from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
 
-__all__ = ["NotRunning", "interrupt_workflow", "locate", "message_workflow", "run_is_live", "run_status",
+__all__ = ["NotRunning", "admitted", "interrupt_workflow", "locate", "message_workflow", "run_is_live", "run_status",
            "subagent_list", "user_call", "view_of", "workflow_status"]
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def _closed(exc: BaseException) -> bool:
 _T = TypeVar("_T")
 
 
-async def _admitted(call: Callable[[], Awaitable[_T]]) -> _T:
+async def admitted(call: Callable[[], Awaitable[_T]]) -> _T:
     """An update sent again, with a capped, jittered backoff, while the server refuses it for its
     limits (`_refused`), for up to `ADMIT_WAIT` seconds. Flow control, not an ordering: a refused
     update never reached the workflow, so sending it again is its first delivery."""
@@ -84,7 +84,7 @@ async def interrupt_workflow(client: Client, root_id: str, target: str, request:
     """The target's workflow checks and applies the interrupt; None when no workflow runs for it."""
     handle = client.get_workflow_handle_for(AgentWorkflow.run, child_workflow_id(root_id, target))
     try:
-        return await _admitted(lambda: handle.execute_update(AgentWorkflow.interrupt, request))
+        return await admitted(lambda: handle.execute_update(AgentWorkflow.interrupt, request))
     except (RPCError, WorkflowUpdateFailedError) as exc:
         if _closed(exc):
             return None
@@ -96,7 +96,7 @@ async def message_workflow(client: Client, root_id: str, parent_id: str, request
     cold-resume: §8.7); `NotRunning` when the parent has no running workflow (not live)."""
     handle = client.get_workflow_handle_for(AgentWorkflow.run, agent_workflow_id(root_id, parent_id))
     try:
-        return await _admitted(lambda: handle.execute_update(AgentWorkflow.message_child, request))
+        return await admitted(lambda: handle.execute_update(AgentWorkflow.message_child, request))
     except (RPCError, WorkflowUpdateFailedError) as exc:
         if _closed(exc):
             raise NotRunning(parent_id) from exc

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from dsh.loader.engines.control import interrupt_workflow, workflow_children, workflow_status
+from dsh.loader.engines.control import admitted, interrupt_workflow, workflow_children, workflow_status
 from dsh.loader.engines.long_polls import board_after, resent, unless_cancelled, workflow_gone
 from dsh.loader.engines.wire import (
     Answer, Charge, Charged, ChildRef, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
@@ -106,7 +106,7 @@ class TurnLink:
 
     async def message_child(self, request: MessageChild) -> Answer:
         async with self._others:
-            return await self.handle.execute_update(AgentWorkflow.message_child, request)
+            return await admitted(lambda: self.handle.execute_update(AgentWorkflow.message_child, request))
 
     async def interrupt(self, target: str, request: Interrupt) -> Answer | None:
         return await interrupt_workflow(self.client, self.root.id, target, request)
@@ -132,7 +132,7 @@ class TurnLink:
 
     async def report(self, delivery: Delivery) -> None:
         async with self._others:
-            await self.handle.execute_update(AgentWorkflow.report, delivery)
+            await admitted(lambda: self.handle.execute_update(AgentWorkflow.report, delivery))
 
     def heartbeat(self) -> None:
         activity.heartbeat()

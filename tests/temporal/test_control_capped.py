@@ -1,5 +1,5 @@
 """An interrupt or a message the server refuses for its limits is sent again, never taken for a
-closed workflow (loader/engines/control.py `_admitted`).
+closed workflow (loader/engines/control.py `admitted`).
 
 A run past the server's cap of updates (`history.maxTotalUpdates`) refuses every further update
 with FAILED_PRECONDITION, the status that also meant "not running" to the control calls: `dsh
