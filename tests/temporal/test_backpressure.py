@@ -24,10 +24,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from refusals_kit import Refusals
 from temporal_kit import backstopped, dev_server
-from temporalio.client import (
-    Client, Interceptor, OutboundInterceptor, StartWorkflowUpdateInput, WorkflowUpdateHandle, WorkflowUpdateStage,
-)
+from temporalio.client import Client, StartWorkflowUpdateInput, WorkflowUpdateHandle, WorkflowUpdateStage
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from dsh.loader.config import TemporalConfig
@@ -49,30 +48,9 @@ async def client() -> AsyncIterator[Client]:
         yield c
 
 
-class Refusals(Interceptor):
-    """Sees each `start_children` update the server refuses for backpressure (the worker's client)."""
-
-    def __init__(self) -> None:
-        self.seen = asyncio.Event()
-        self.count = 0
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Watching(next, self)
-
-
-class _Watching(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, refusals: Refusals) -> None:
-        super().__init__(next)
-        self.refusals = refusals
-
-    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle[Any]:
-        try:
-            return await super().start_workflow_update(input)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED and input.update == "start_children":
-                self.refusals.count += 1
-                self.refusals.seen.set()
-            raise
+def start_refused(input: StartWorkflowUpdateInput, exc: RPCError) -> bool:
+    """A `start_children` update the server refused for backpressure (seen on the worker's client)."""
+    return exc.status == RPCStatusCode.RESOURCE_EXHAUSTED and input.update == "start_children"
 
 
 def script(tmp_path: Path) -> Path:
@@ -89,7 +67,7 @@ def script(tmp_path: Path) -> Path:
 async def test_a_child_start_refused_for_backpressure_is_sent_again_and_the_child_runs(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    refusals = Refusals()
+    refusals = Refusals(watch=start_refused)
     retries = RetryConfig(initial_interval_millis=1, max_retries=1, max_elapsed_time_millis=50)
     worker_client = await Client.connect(client.service_client.config.target_host, namespace=client.namespace,
                                          interceptors=[refusals], retry_config=retries)
@@ -125,7 +103,7 @@ async def test_a_child_start_refused_for_backpressure_is_sent_again_and_the_chil
     async with worker.make_worker(worker_client, queue):
         result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client),
                                         BACKSTOP)
-    assert refusals.count >= 1  # the path ran: the server refused the start at least once
+    assert refusals.refused["start_children"] >= 1  # the path ran: the server refused the start at least once
     assert (result.stop_reason, result.output, result.violations) == ("completed", "DONE", [])
     assert await holders[0].result() == [["released"]]
     await asyncio.gather(*release)

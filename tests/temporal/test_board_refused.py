@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from refusals_kit import Refusals, refusal
 from temporal_kit import dev_server
-from temporalio.client import (
-    Client, Interceptor, OutboundInterceptor, SignalWorkflowInput, StartWorkflowUpdateInput, WorkflowUpdateHandle,
-)
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.config import Config, TemporalConfig
@@ -46,36 +45,24 @@ async def client() -> AsyncIterator[Client]:
         yield c
 
 
-class Refusing(Interceptor):
-    """Refuses the board's traffic as a server at its limits does, and counts what it refused."""
+def refusing(signals: int) -> Refusals:
+    """Refuses every `fence_facts_after` update as the run's cap does, and the first `signals`
+    `fence_facts` signals as a server under load does."""
+    left = [signals]
 
-    def __init__(self, signals: int) -> None:
-        self.signals = signals  # left to refuse
-        self.updates_refused = 0
-        self.signals_refused = 0
+    def update(input: Any) -> RPCError | None:
+        if input.update != "fence_facts_after":
+            return None
+        return refusal(RPCStatusCode.FAILED_PRECONDITION,
+                       "The limit on the total number of distinct updates in this workflow has been reached")
 
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Refusing(next, self)
+    def signal(input: Any) -> RPCError | None:
+        if input.signal == "fence_facts" and left[0] > 0:
+            left[0] -= 1
+            return refusal(RPCStatusCode.RESOURCE_EXHAUSTED, "limit on number of concurrent in-flight requests")
+        return None
 
-
-class _Refusing(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, refusing: Refusing) -> None:
-        super().__init__(next)
-        self.refusing = refusing
-
-    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle[Any]:
-        if input.update == "fence_facts_after":
-            self.refusing.updates_refused += 1
-            raise RPCError("The limit on the total number of distinct updates in this workflow has been reached",
-                           RPCStatusCode.FAILED_PRECONDITION, b"")
-        return await super().start_workflow_update(input)
-
-    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
-        if input.signal == "fence_facts" and self.refusing.signals > 0:
-            self.refusing.signals -= 1
-            self.refusing.signals_refused += 1
-            raise RPCError("limit on number of concurrent in-flight requests", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
-        await super().signal_workflow(input)
+    return Refusals(update=update, signal=signal)
 
 
 def held(tmp_path: Path) -> Path:
@@ -104,25 +91,25 @@ async def run(plan_path: Path, home: Path, worker_client: Client, run_client: Cl
                                       BACKSTOP)
 
 
-async def refusing_client(client: Client, refusing: Refusing) -> Client:
+async def refusing_client(client: Client, refusals: Refusals) -> Client:
     return await Client.connect(client.service_client.config.target_host, namespace=client.namespace,
-                                interceptors=[refusing])
+                                interceptors=[refusals])
 
 
 async def test_a_held_turn_hears_its_fact_when_the_board_poll_and_the_first_publishes_are_refused(
     client: Client, tmp_path: Path
 ) -> None:
-    refusing = Refusing(signals=REFUSED_SIGNALS)
-    result = await run(held(tmp_path), tmp_path / "home", await refusing_client(client, refusing), client)
+    refused = refusing(signals=REFUSED_SIGNALS)
+    result = await run(held(tmp_path), tmp_path / "home", await refusing_client(client, refused), client)
     assert (result.stop_reason, result.output, result.violations) == ("completed", "DONE", [])
     assert [(s["label"], s["lastStopReason"]) for s in result.subagents] == [("w", "completed")]
     # The paths ran: w's mirror was refused its update and the root's facts their first signals.
-    assert refusing.updates_refused >= 1 and refusing.signals_refused == REFUSED_SIGNALS
+    assert refused.refused["fence_facts_after"] >= 1 and refused.refused["fence_facts"] == REFUSED_SIGNALS
 
 
 async def test_the_transcripts_user_acts_when_its_board_poll_is_refused(client: Client, tmp_path: Path) -> None:
-    refusing = Refusing(signals=0)
+    refused = refusing(signals=0)
     user_send = Path(__file__).parent.parent / "replay" / "user-send.yaml"
-    result = await run(user_send, tmp_path / "home", client, await refusing_client(client, refusing))
+    result = await run(user_send, tmp_path / "home", client, await refusing_client(client, refused))
     assert (result.stop_reason, result.output, result.violations) == ("completed", "WORKER_DONE", [])
-    assert refusing.updates_refused >= 1  # the user's mirror (the run's client) was refused its update
+    assert refused.refused["fence_facts_after"] >= 1  # the user's mirror (the run's client) was refused its update

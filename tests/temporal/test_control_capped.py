@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from refusals_kit import Refusals
 from temporal_kit import dev_server
 from temporalio import workflow
-from temporalio.client import Client, Interceptor, OutboundInterceptor, StartWorkflowUpdateInput, WorkflowUpdateHandle
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -76,30 +77,6 @@ class CappedChild:
         return self.answered
 
 
-class SeesRefusals(Interceptor):
-    def __init__(self) -> None:
-        self.refused = asyncio.Event()
-        self.count = 0
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Seeing(next, self)
-
-
-class _Seeing(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, refusals: SeesRefusals) -> None:
-        super().__init__(next)
-        self.refusals = refusals
-
-    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle[Any]:
-        try:
-            return await super().start_workflow_update(input)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.FAILED_PRECONDITION:
-                self.refusals.count += 1
-                self.refusals.refused.set()
-            raise
-
-
 async def spent_child(capped: Client, queue: str, root: str, child: str) -> Any:
     """The child's stand-in, its run's `CAP` updates taken."""
     handle = await capped.start_workflow(CappedChild.run, 0, id=child_workflow_id(root, child), task_queue=queue)
@@ -109,20 +86,20 @@ async def spent_child(capped: Client, queue: str, root: str, child: str) -> Any:
 
 
 async def test_an_interrupt_refused_for_the_update_cap_is_sent_again_not_answered_accepted(capped: Client) -> None:
-    refusals = SeesRefusals()
+    refusals = Refusals(watch=lambda _, exc: exc.status == RPCStatusCode.FAILED_PRECONDITION)
     seeing = await Client.connect(capped.service_client.config.target_host, namespace=capped.namespace,
                                   interceptors=[refusals])
     queue, root, child = f"dsh-test-{uuid.uuid4().hex[:8]}", f"session-{uuid.uuid4()}", f"session-{uuid.uuid4()}"
     async with Worker(capped, task_queue=queue, workflows=[CappedChild], workflow_runner=UnsandboxedWorkflowRunner()):
         handle = await spent_child(capped, queue, root, child)
         call = asyncio.create_task(control.interrupt_workflow(seeing, root, child, Interrupt(kind="user", caller=root)))
-        await asyncio.wait_for(refusals.refused.wait(), BACKSTOP)
+        await asyncio.wait_for(refusals.seen.wait(), BACKSTOP)
         assert not call.done()  # refused, and waiting to send it again (not "accepted")
         await handle.signal(CappedChild.continue_now)  # the new run admits updates again
         answer = await asyncio.wait_for(call, BACKSTOP)
         assert answer is not None and answer.status == "interrupted"
         assert await capped.get_workflow_handle(handle.id).query(CappedChild.seen) == ["interrupt"]  # the new run's
-    assert refusals.count >= 1
+    assert refusals.refused["interrupt"] >= 1
 
 
 async def test_a_message_still_refused_after_the_wait_is_the_servers_refusal_not_a_parent_not_live(

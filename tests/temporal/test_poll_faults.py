@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from refusals_kit import Refusals, refusal
 from temporal_kit import backstopped, client  # noqa: F401  (the module's client)
-from temporalio.client import (
-    Client, Interceptor, OutboundInterceptor, QueryWorkflowInput, StartWorkflowUpdateInput, WorkflowUpdateHandle,
-)
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.config import TemporalConfig
@@ -34,35 +33,22 @@ from dsh.loader.testing.runner import Flow, arun_flow, plan_flow
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-class Refusing(Interceptor):
+def refusing(queries: int) -> Refusals:
     """Refuses the root's first `deliveries_after` update and its first `queries` queries."""
+    left = [queries]
 
-    def __init__(self, queries: int) -> None:
-        self.updates_refused = 0
-        self.queries_left = queries
-        self.queries_refused = 0
+    def update(input: Any) -> RPCError | None:
+        first = input.update == "deliveries_after" and "/" not in input.id and not rules.refused["deliveries_after"]
+        return refusal(RPCStatusCode.RESOURCE_EXHAUSTED) if first else None
 
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Refusing(next, self)
+    def query(input: Any) -> RPCError | None:
+        if input.query == "deliveries_now" and "/" not in input.id and left[0]:
+            left[0] -= 1
+            return refusal(RPCStatusCode.DEADLINE_EXCEEDED, "query timed out (the test)")
+        return None
 
-
-class _Refusing(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, counts: Refusing) -> None:
-        super().__init__(next)
-        self.counts = counts
-
-    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle[Any]:
-        if input.update == "deliveries_after" and "/" not in input.id and not self.counts.updates_refused:
-            self.counts.updates_refused += 1
-            raise RPCError("refused by the test", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
-        return await super().start_workflow_update(input)
-
-    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
-        if input.query == "deliveries_now" and "/" not in input.id and self.counts.queries_left:
-            self.counts.queries_left -= 1
-            self.counts.queries_refused += 1
-            raise RPCError("query timed out (the test)", RPCStatusCode.DEADLINE_EXCEEDED, b"")
-        return await super().query_workflow(input)
+    rules = Refusals(update=update, query=query)
+    return rules
 
 
 async def test_a_turn_whose_polls_fail_asks_again_by_query_and_hears_its_notice(
@@ -70,15 +56,15 @@ async def test_a_turn_whose_polls_fail_asks_again_by_query_and_hears_its_notice(
 ) -> None:
     plan = plan_flow("background-settlement")
     local = await arun_flow(plan, home=tmp_path / "local")
-    refusing = Refusing(queries=2)
+    refused = refusing(queries=2)
     worker_client = await Client.connect(client.service_client.config.target_host, namespace=client.namespace,
-                                         interceptors=[refusing])
+                                         interceptors=[refused])
     home = tmp_path / "temporal"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
     request = RunRequest(home=home, config=backstopped(plan.config), transcript=plan.script, fences_allowed=True)
     async with worker.make_worker(worker_client, queue):
         result = await run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client)
-    assert (refusing.updates_refused, refusing.queries_refused) == (1, 2)  # both paths ran
+    assert (refused.refused["deliveries_after"], refused.refused["deliveries_now"]) == (1, 2)  # both paths ran
     assert (result.stop_reason, result.output, result.violations) == ("completed", "PARENT_RECEIVED_CHILD_RESULT", [])
     flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, plan.script.spec.name)))
     assert flow == local
