@@ -76,7 +76,7 @@ async def admitted(call: Callable[[], Awaitable[_T]]) -> _T:
             if not _refused(exc) or loop.time() >= deadline:
                 raise
             logger.info("an update was refused for the server's limits; sent again: %r", exc)
-        await asyncio.sleep(random.uniform(delay / 2, delay))
+        await asyncio.sleep(random.uniform(delay / 2, delay))  # flow control, not an ordering
         delay = min(2 * delay, 2.0)
 
 
