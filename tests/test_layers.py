@@ -134,7 +134,7 @@ def test_the_walk_flags_an_upward_import(tmp_path, source):
 # and it must stay deterministic); the turn activity is the shared runtime; the worker and client
 # sit on both.
 ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupts": 0, "patches": 0, "failed_text": 0,
-                                "homes": 0, "logs": 1, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
+                                "homes": 0, "refusals": 0, "logs": 1, "queue": 1, "board": 1, "ledger": 1, "calls": 1, "pinning": 1,
                                 "residents": 2, "turn_run": 2, "residency": 3, "endings": 4, "mid_turn": 5,
                                 "root_handlers": 6, "child_handlers": 7, "workflow": 8, "reader": 1, "projection": 1,
                                 "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3, "tree_logs": 4,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFail
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
+from dsh.loader.engines.refusals import Backoff, server_limit, workflow_gone
 from dsh.loader.engines.wire import AgentView, Answer, ChildRef, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.client import NotAChild, UnknownSession
@@ -40,23 +40,13 @@ class NotRunning(Exception):
 ADMIT_WAIT = 30.0
 
 
-def _refused(exc: BaseException) -> bool:
-    """The server refused the update for one of its limits, not because the workflow closed: the
-    run's cap of updates (`history.maxTotalUpdates`: FAILED_PRECONDITION, "limit on the total
-    number of distinct updates") or the updates in flight (RESOURCE_EXHAUSTED)."""
-    if not isinstance(exc, RPCError):
-        return False
-    return exc.status == RPCStatusCode.RESOURCE_EXHAUSTED or (
-        exc.status == RPCStatusCode.FAILED_PRECONDITION and "limit on the total number" in exc.message)
-
-
 def _closed(exc: BaseException) -> bool:
     """The server's answer for an update to a workflow that does not run (closed or unknown).
     A refusal for the server's limits is not one: an interrupt it refused was never applied, and
     taking it for a closed child answered `accepted` for an interrupt that did nothing."""
-    if isinstance(exc, RPCError):
-        return exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION) and not _refused(exc)
-    return isinstance(exc, WorkflowUpdateFailedError) and "completed" in str(exc.cause or exc)
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.FAILED_PRECONDITION:
+        return not server_limit(exc)
+    return workflow_gone(exc)
 
 
 _T = TypeVar("_T")
@@ -64,20 +54,19 @@ _T = TypeVar("_T")
 
 async def admitted(call: Callable[[], Awaitable[_T]]) -> _T:
     """An update sent again, with a capped, jittered backoff, while the server refuses it for its
-    limits (`_refused`), for up to `ADMIT_WAIT` seconds. Flow control, not an ordering: a refused
+    limits (`refusals.server_limit`), for up to `ADMIT_WAIT` seconds. Flow control, not an ordering: a refused
     update never reached the workflow, so sending it again is its first delivery."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ADMIT_WAIT
-    delay = 0.05
+    backoff = Backoff()
     while True:
         try:
             return await call()
         except RPCError as exc:
-            if not _refused(exc) or loop.time() >= deadline:
+            if not server_limit(exc) or loop.time() >= deadline:
                 raise
             logger.info("an update was refused for the server's limits; sent again: %r", exc)
-        await asyncio.sleep(random.uniform(delay / 2, delay))  # flow control, not an ordering
-        delay = min(2 * delay, 2.0)
+        await backoff.wait()
 
 
 async def interrupt_workflow(client: Client, root_id: str, target: str, request: Interrupt) -> Answer | None:

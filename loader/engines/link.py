@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import logging
 import os
-import random
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -21,7 +20,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.engines.control import admitted, interrupt_workflow, workflow_children, workflow_status
-from dsh.loader.engines.long_polls import board_after, resent, unless_cancelled, workflow_gone
+from dsh.loader.engines.long_polls import board_after, resent, unless_cancelled
+from dsh.loader.engines.refusals import Backoff, workflow_gone
 from dsh.loader.engines.wire import (
     Answer, Charge, Charged, ChildRef, Delivery, Interrupt, MessageChild, Poll, PollReply, StartChild, TreeResult,
 )
@@ -140,7 +140,7 @@ class TurnLink:
     async def publish_facts(self, facts: list[list[Any]]) -> None:
         """Sent again after a refusal (a server under load): the board counts a fact once, and a
         fact lost here is one a held agent waits for until its fence times out."""
-        delay = 0.05
+        backoff = Backoff()
         for attempt in range(1, PUBLISH_TRIES + 1):
             try:
                 await self.root.signal(AgentWorkflow.fence_facts, args=[facts, self.source])
@@ -150,8 +150,7 @@ class TurnLink:
                 if workflow_gone(exc) or attempt == PUBLISH_TRIES:
                     raise
                 logger.info("publishing fence facts to %s failed (try %d), sent again: %r", self.root.id, attempt, exc)
-            await asyncio.sleep(random.uniform(delay / 2, delay))  # flow control, not an ordering
-            delay = min(2 * delay, 2.0)
+            await backoff.wait()
 
     async def facts_after(self, after: int) -> list[list[Any]]:
         return await board_after(self.root, after, self.source)
@@ -193,15 +192,14 @@ def _charges(root: WorkflowHandle[AgentWorkflow, TreeResult]) -> _Batched[Charge
 
 
 async def _answers(root: WorkflowHandle[AgentWorkflow, TreeResult], number: int) -> list[Charged]:
-    delay = 0.05
+    backoff = Backoff(cap=1.0)
     for _ in range(CHARGE_READS):
         answers = await root.query(AgentWorkflow.charged, args=[_SOURCE, number])
         if answers is not None:
             return answers
         # Flow control, not an ordering: a query answered before the signal's workflow task ran.
         logger.info("charge batch %d of %s not counted yet on %s", number, _SOURCE, root.id)
-        await asyncio.sleep(random.uniform(0.0, delay))
-        delay = min(2 * delay, 1.0)
+        await backoff.wait()
     # Typed, and retryable: the turn activity fails and Temporal runs it again.
     raise ApplicationError(f"the root {root.id} never counted charge batch {number} of {_SOURCE}",
                            type="CHARGE_UNCOUNTED")
@@ -266,12 +264,11 @@ async def _pressed(call: Callable[[], Awaitable[_T]]) -> _T:
     so many in-flight updates, 10 on the dev server, and a fan-out's turns all charge the root) is
     sent again after a capped, jittered backoff. Flow control, not an ordering: the update is
     refused before the workflow sees it, so sending it again is its first delivery."""
-    delay = 0.05
+    backoff = Backoff()
     while True:
         try:
             return await call()
         except RPCError as exc:
             if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
                 raise
-        await asyncio.sleep(random.uniform(0.0, delay))
-        delay = min(2 * delay, 2.0)
+        await backoff.wait()

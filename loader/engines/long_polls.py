@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
+from dsh.loader.engines.refusals import workflow_gone
 from dsh.loader.engines.wire import BOARD_SPENT, TreeResult
 from dsh.loader.engines.workflow import AgentWorkflow
 
@@ -66,13 +67,6 @@ def run_closed(exc: BaseException) -> bool:
         cause = exc.cause
         return isinstance(cause, ApplicationError) and "AcceptedUpdateCompletedWorkflow" in str(cause)
     return False
-
-
-def workflow_gone(exc: BaseException) -> bool:
-    """The server's answer for a call to a workflow that has closed (or never ran)."""
-    if isinstance(exc, RPCError):
-        return exc.status == RPCStatusCode.NOT_FOUND
-    return isinstance(exc, WorkflowUpdateFailedError) and "completed" in str(exc.cause or exc)
 
 
 _T = TypeVar("_T")
