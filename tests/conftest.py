@@ -21,32 +21,40 @@ from dsh.loader.session import SessionStore, make_header
 from dsh.loader.transcripts import load_transcript
 
 
-# The suite's long poles, longest first (`CI=true pytest --durations=60`). With `--maxschedchunk 1`
-# (pyproject's addopts) xdist hands tests out one at a time as workers free up, so the long ones start
-# first and the short ones fill in behind them; collected in file order, the pytester tests
-# (tests/testing) came last and kept one worker busy alone for about a sixth of the run. The first
-# two tests go to one worker, the next two to the other: the two longest are not both among the
-# first two. Only the order changes; each file keeps its own test order. Quiet-machine seconds of
-# each file's longest tests, after the shared dev server and the killable worker (tests/temporal):
+# The suite's long poles, longest first (`CI=true pytest --durations=0`, 2026-12-05, three workers).
+# With `--maxschedchunk 1` (pyproject's addopts) xdist hands tests out one at a time as workers free
+# up, so the long ones start first and the short ones fill in behind them; collected in file order,
+# the pytester tests (tests/testing) came last and kept one worker busy alone for about a sixth of
+# the run. The first tests go out two to a worker, so test_stall's one test comes first: the two
+# longest tests (test_homes_sessions' first two) then go to two workers. Only the order changes;
+# each file keeps its own test order. Quiet-machine seconds of each file's longest tests:
 LONG_POLES = (
-    "tests/temporal/test_stall.py",  # 9 (its fixture: three stalled runs)
-    "tests/subagents/test_stateful.py",  # 8
-    "tests/temporal/test_homeless_control.py",  # 8
+    "tests/temporal/test_stall.py",  # 13 (its fixture: three stalled runs)
+    "tests/temporal/test_homes_sessions.py",  # 19, 19, 6 (a `dsh` process per view)
+    "tests/temporal/test_root_continue.py",  # 13, 8
+    "tests/temporal/test_turn_across_runs.py",  # 11, 9, 4
+    "tests/temporal/test_failed_root.py",  # 11
+    "tests/subagents/test_stateful.py",  # 10
+    "tests/temporal/test_quiet_settle.py",  # 8
+    "tests/temporal/test_live.py",  # 7, 6, 3, 3
+    "tests/temporal/test_homeless_control.py",  # 6
+    "tests/temporal/test_server_stream.py",  # eight of 4-6
+    "tests/temporal/test_interrupt_retry.py",  # 6
+    "tests/temporal/test_faults.py",  # 6, 2
+    "tests/temporal/test_failed_child.py",  # 6, 3
     "tests/headless/test_kill.py",  # 6
-    "tests/test_replay_properties.py",  # 5, 4, 3, 3
-    "tests/temporal/test_server_stream.py",  # eight of 3-8
-    "tests/temporal/test_live.py",  # 5, 5, 5, 3, 3
-    "tests/temporal/test_faults.py",  # 5, 2
-    "tests/temporal/test_interrupt_retry.py",  # 5
-    "tests/temporal/test_projection_cli.py",  # 5
-    "tests/temporal/test_root_continue.py",  # 5, 3
-    "tests/temporal/test_failed_child.py",  # 4, 2
-    "tests/cli/test_fuzz_yaml.py",  # 5, 4
+    "tests/temporal/test_homes.py",  # 6, 4, 4, 3
+    "tests/temporal/test_homes_gaps.py",  # 6, 5, 4, 3
+    "tests/test_replay_properties.py",  # 5, 5, 4, 3
+    "tests/temporal/test_temporal_engine.py",  # 5, 3, 3, and many of 1-2
     "tests/temporal/test_temporal_control.py",  # 4, 3
-    "tests/temporal/test_seam.py",  # 3
+    "tests/temporal/test_projection_cli.py",  # 4
+    "tests/temporal/test_large_payloads.py",  # 4
+    "tests/temporal/test_seam.py",  # 4
+    "tests/cli/test_fuzz_yaml.py",  # 4, 3
+    "tests/temporal/test_record_live.py",  # 4
     "tests/testing/test_plugin.py",
     "tests/testing/test_readme_example.py",
-    "tests/temporal/test_temporal_engine.py",
 )
 
 
