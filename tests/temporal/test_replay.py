@@ -60,7 +60,15 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "v6-background-settlement.1.json", "v6-continued-as-new.0.json", "v6-continued-as-new.3.json",
             # a root's run that began mid-turn and moved again, and that turn's own workflow
             # (TURN_RUN_PATCH, `temporal.turnWorkflows: root`, test_turn_across_runs.py)
-            "turn-across-runs.0.json", "turn-across-runs.turn.json"} <= names
+            "turn-across-runs.0.json", "turn-across-runs.turn.json",
+            # every shipped transcript under the default `temporal.turnWorkflows: root`: the agents'
+            # runs and each turn's own workflow (.turn<k>); the same under `none`, before: v7-
+            "child-max-tokens.1.json", "four-children-one-step.4.json", "notice-new-turn.1.json",
+            "hello.turn0.json", "background-settlement.turn0.json", "report-then-settle.turn1.json",
+            "interrupt-parked-resume.turn1.json", "followups-checkpoint-failure.turn1.json",
+            "child-max-tokens.turn1.json", "four-children-one-step.turn0.json", "notice-new-turn.turn1.json",
+            "continued-as-new.5.json", "continued-as-new.turn1.json",
+            "v7-hello.0.json", "v7-interrupt-parked-resume.1.json", "v7-continued-as-new.3.json"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
