@@ -193,11 +193,12 @@ class WorkflowDelegation:
     async def statuses(self, ids: list[str]) -> dict[str, str] | None:
         return await self.link.statuses(ids) if ids else {}
 
-    async def below(self, parent_id: str) -> list[CatalogueEntry]:
-        """The sessions under `parent_id` as the workflows know them (each residency's `children`,
-        level by level, with the headers and descriptors their logs begin with), for a `list_agents`
-        of descendants whose logs are on other homes (README "Homes"). None asked when the logs are
-        all in this home (`listed` None: no homes)."""
+    async def below(self, parent_id: str, *, deep: bool) -> list[CatalogueEntry]:
+        """The sessions under `parent_id` as the workflows know them (the `children` of each
+        epoch's residency, level by level with `deep`, with the headers and descriptors their logs
+        begin with), for a `list_agents` whose rows' logs are on other homes (README "Homes"): the
+        catalogue lists this run's own children, not an earlier epoch's. None asked when the logs
+        are all in this home (`listed` None: no homes)."""
         if self.listed is None:
             return []
         found: dict[str, CatalogueEntry] = {}
@@ -210,6 +211,8 @@ class WorkflowDelegation:
                     if ref.child_id not in found and ref.child_id != parent_id and ref.header is not None:
                         found[ref.child_id] = CatalogueEntry(ref.child_id, dict(ref.header), dict(ref.descriptor))
                         frontier.append(ref.child_id)
+            if not deep:
+                break
         return list(found.values())
 
     async def interrupt(self, caller: Agent, target: str) -> None:

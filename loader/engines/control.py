@@ -107,14 +107,41 @@ async def workflow_status(client: Client, root_id: str, child_id: str) -> str:
 
 
 async def workflow_children(client: Client, root_id: str, session_id: str) -> list[ChildRef]:
-    """The children an agent's residency started (its workflow's `children` query); none for an
-    agent with no workflow of its own (a one-shot child, an unknown id) or one that cannot answer."""
-    workflow_id = root_id if session_id == root_id else child_workflow_id(root_id, session_id)
-    handle = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+    """The children an agent started or resumed in any of its epochs (its workflow's `children`
+    query, asked of the latest run and of each earlier epoch's last run: a new epoch is a new run,
+    which never started its earlier epochs' children); none for an agent with no workflow of its own
+    (a one-shot child, an unknown id) or one that cannot answer. The latest run's answer comes first."""
+    if session_id == root_id:  # a root has one epoch: its runs carry `started` across continue-as-new
+        return await _children_of(client, root_id, None)
+    workflow_id = child_workflow_id(root_id, session_id)
+    runs = [None, *await _earlier_epochs(client, workflow_id)]
+    found: dict[str, ChildRef] = {}
+    for refs in await asyncio.gather(*(_children_of(client, workflow_id, run_id) for run_id in runs)):
+        for ref in refs:
+            found.setdefault(ref.child_id, ref)
+    return list(found.values())
+
+
+async def _children_of(client: Client, workflow_id: str, run_id: str | None) -> list[ChildRef]:
+    handle = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id, run_id=run_id)
     try:
         return await handle.query(AgentWorkflow.children)
     except (RPCError, WorkflowQueryFailedError):
         return []
+
+
+async def _earlier_epochs(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of the workflow's closed epochs, newest first, by a visibility listing: each
+    epoch's last run (one that continued as new carried its `started` into the next). The running
+    run, if any, is the latest, asked by id-less handle; a closed latest one is asked twice."""
+    closed: list[tuple[float, str]] = []
+    try:
+        async for w in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
+            if w.status not in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+                closed.append((w.start_time.timestamp(), w.run_id))
+    except RPCError:
+        return []
+    return [run_id for _, run_id in sorted(closed, reverse=True)]
 
 
 async def run_is_live(client: Client, root_id: str) -> bool:

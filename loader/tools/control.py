@@ -29,7 +29,7 @@ class ListAgentsTool:
         self.delegation: Delegation = delegation if delegation is not None else LocalDelegation(manager)
 
     async def run(self, args: ListAgentsArgs, exec: ToolExec) -> ToolOutput:
-        below = await self.delegation.below(exec.agent.id) if args.scope == "descendants" else []
+        below = await self.delegation.below(exec.agent.id, deep=args.scope == "descendants")
         rows = list_agents(self.manager, self.catalogue, exec.agent.id, args.scope, extra=below)
         statuses = await self.delegation.statuses([row["id"] for row in rows if "status" in row])
         if statuses is not None:  # another engine's residency (the Temporal workflows)

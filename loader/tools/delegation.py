@@ -44,9 +44,10 @@ class Delegation(Protocol):
         """`list_agents`' statuses from elsewhere (another engine's agents), or None: the manager's."""
         ...
 
-    async def below(self, parent_id: str) -> list[CatalogueEntry]:
+    async def below(self, parent_id: str, *, deep: bool) -> list[CatalogueEntry]:
         """Sessions under `parent_id` whose logs the catalogue may not hold (another engine's
-        homes), for `list_agents` of descendants; [] when the catalogue holds every one."""
+        homes), for `list_agents`: its children, and with `deep` every descendant; [] when the
+        catalogue holds every one."""
         ...
 
 
@@ -79,7 +80,7 @@ class LocalDelegation:
     async def statuses(self, ids: list[str]) -> dict[str, str] | None:
         return None  # list_agents reads the manager's Activations itself
 
-    async def below(self, parent_id: str) -> list[CatalogueEntry]:
+    async def below(self, parent_id: str, *, deep: bool) -> list[CatalogueEntry]:
         return []  # one home: the catalogue reads every log
 
 

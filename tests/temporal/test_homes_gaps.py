@@ -236,11 +236,15 @@ DEEP = {
 }
 
 
-def listed(home: Path, root: str) -> list[dict[str, Any]]:
-    """The root's `list_agents` answer (its tool result's value)."""
-    events = [json.loads(line) for line in (home / "sessions" / root / "session.jsonl").read_text().splitlines()[1:]]
-    [value] = [e["data"]["value"] for e in events if e["type"] == "tool/result" and e["data"]["callId"] == "ls"]
+def listed(home: Path, session: str, call: str = "ls") -> list[dict[str, Any]]:
+    """A session's `list_agents` answer (the value of its tool result for `call`)."""
+    events = [json.loads(line) for line in (home / "sessions" / session / "session.jsonl").read_text().splitlines()[1:]]
+    [value] = [e["data"]["value"] for e in events if e["type"] == "tool/result" and e["data"]["callId"] == call]
     return value
+
+
+def shape(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(r.get("label"), r.get("depth"), r.get("status")) for r in rows]
 
 
 async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_another_home(
@@ -270,7 +274,70 @@ async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_ano
     [local_root] = [p.parent.name for p in (local_home / "sessions").glob("*/session.jsonl")
                     if "parentSession" not in json.loads(p.read_text().splitlines()[0])]
 
-    def shape(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        return [(r.get("label"), r.get("depth"), r.get("status")) for r in rows]
-
     assert shape(listed(a, root)) == shape(listed(local_home, local_root)) == [("mid", 1, "ready"), ("leaf", 2, "ready")]
+
+
+# root -> mid -> leaf. mid's first epoch starts leaf (its log on b) and settles; the root wakes mid
+# (its second epoch, a new run that never started leaf), which lists its children; once mid settled
+# again the root lists its descendants. Both lists name leaf, as on the local engine.
+EPOCHS = {
+    "name": "earlier-epoch-list",
+    "fences": [{"hold": {"agent": "root", "turn": 1, "step": 2, "until": {"settled": {"agent": "mid"}}}},
+               {"hold": {"agent": "root", "turn": 1, "step": 3,
+                         "until": {"inboxAccepted": {"agent": "root", "kind": "subagent-settled", "count": 2}}}},
+               {"hold": {"agent": "leaf", "turn": 1, "step": 1, "until": {"turnEnded": {"agent": "mid", "turn": 1}}}}],
+    "agents": {
+        "root": {"replies": [{"toolCalls": [{"id": "m", "name": "subagent", "arguments": {"label": "mid", "prompt": "Go mid."}}]},
+                             {"toolCalls": [{"id": "again", "name": "send_message",
+                                             "arguments": {"agent_id": "{{child:m}}", "message": "Again."}}]},
+                             {"toolCalls": [{"id": "ls", "name": "list_agents", "arguments": {"scope": "descendants"}}]},
+                             {"text": "LISTED"}]},
+        "mid": {"spawnedBy": "m", "replies": [
+            {"toolCalls": [{"id": "l", "name": "subagent", "arguments": {"label": "leaf", "prompt": "Go leaf."}}]},
+            {"text": "M1"}, {"text": "M2"},
+            {"toolCalls": [{"id": "look", "name": "list_agents", "arguments": {}}]},
+            {"text": "M3"}]},
+        "leaf": {"spawnedBy": "l", "replies": [{"text": "L1"}]},
+    },
+}
+
+
+async def test_list_agents_lists_the_children_of_earlier_epochs_whose_logs_are_on_another_home(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """root and mid on home a, leaf (started by mid's first epoch) on b. mid's second epoch is a new
+    run that never started leaf: its `list_agents` and the root's of descendants still list leaf,
+    read from the earlier epoch's run (the workflow id's closed runs), as the local engine lists it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+
+    class Placed(TurnActivities):
+        def claim(self, agent: TreeInput) -> str | None:
+            return on_b if (agent.descriptor or {}).get("spawnCallId") == "l" else on_a
+
+    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    plan = plan_flow(write_transcript(tmp_path, EPOCHS))
+    local_home = tmp_path / "local"
+    await arun_flow(plan, home=local_home)
+    records: list[dict[str, Any]] = []
+    async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
+        result = await asyncio.wait_for(
+            run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client), BACKSTOP)
+    assert result.violations == [] and result.output == "LISTED"
+    root = result.root_session_id
+    [mid] = [s["sessionId"] for s in result.subagents if s["label"] == "mid"]
+    assert len(sessions_in(b)) == 1 and {root, mid} == sessions_in(a)  # leaf alone on b
+    assert epochs_in(a, mid) == [1, 2]
+
+    def local(label: str | None) -> str:
+        """The local run's session of that label (None: its root)."""
+        for log in (local_home / "sessions").glob("*/session.jsonl"):
+            lines = [json.loads(line) for line in log.read_text().splitlines()]
+            found = next((e["data"].get("label") for e in lines[1:] if e["type"] == "subagent/descriptor"), None)
+            if found == label:
+                return log.parent.name
+        raise AssertionError(f"no local session labelled {label}")
+
+    assert shape(listed(a, mid, "look")) == shape(listed(local_home, local("mid"), "look")) == [("leaf", None, "ready")]
+    assert shape(listed(a, root)) == shape(listed(local_home, local(None))) == [("mid", 1, "ready"), ("leaf", 2, "ready")]
