@@ -108,11 +108,15 @@ async def test_a_create_retried_on_another_home_after_its_first_attempt_leaves_o
 
 # root -> mid -> par -> leaf. par's epoch 1 starts leaf; mid resumes par (epoch 2), whose held turn
 # keeps its run open while the test sends leaf a message through par (as `dsh send` does): leaf's
-# home is one only par's first run heard of.
+# home is one only par's first run heard of. Leaf's second turn waits until par's step 2 has taken
+# its input, so leaf's notice is steered into par's step 3 (P4) whatever par's step 1 (list_agents,
+# which asks the workflows with homes) takes.
 NESTED = {
     "name": "later-epoch-child",
     "fences": [{"hold": {"agent": "par", "turn": 3, "step": 2,
-                         "until": {"inboxAccepted": {"agent": "par", "kind": "subagent-settled", "count": 2}}}}],
+                         "until": {"inboxAccepted": {"agent": "par", "kind": "subagent-settled", "count": 2}}}},
+               {"hold": {"agent": "leaf", "turn": 2, "step": 1,
+                         "until": {"stepReached": {"agent": "par", "turn": 3, "step": 2}}}}],
     "agents": {
         "root": {"replies": [{"toolCalls": [{"id": "m", "name": "subagent", "arguments": {"label": "mid", "prompt": "Go mid."}}]},
                              {"text": "STARTED"}, {"text": "DONE"}]},
