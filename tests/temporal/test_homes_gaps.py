@@ -33,7 +33,7 @@ from dsh.loader.engines.control import user_call
 from dsh.loader.engines.homes import home_id, home_queue
 from dsh.loader.engines.wire import Homed, TreeInput, agent_workflow_id
 from dsh.loader.engines.worker import TurnActivities, make_worker
-from dsh.loader.headless import RunRequest
+from dsh.loader.headless import RunRequest, RunResult
 from dsh.loader.ndjson import RecordStream
 from dsh.loader.sinks import RunSinks
 from dsh.loader.testing.runner import arun_flow, plan_flow
@@ -251,11 +251,19 @@ def shape(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [(r.get("label"), r.get("depth"), r.get("status")) for r in rows]
 
 
-async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_another_home(
-    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """root and mid on home a, leaf (mid's child) on b: the root's turn, on a, lists leaf from the
-    workflows (mid's `children` query), as the local engine lists it from its log."""
+def labelled(home: Path, label: str | None) -> str:
+    """The session of that label in `home` (None: the root)."""
+    for log in (home / "sessions").glob("*/session.jsonl"):
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        found = next((e["data"].get("label") for e in lines[1:] if e["type"] == "subagent/descriptor"), None)
+        if found == label:
+            return log.parent.name
+    raise AssertionError(f"no session labelled {label} in {home}")
+
+
+async def leaf_on_b(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> RunResult:
+    """`spec` on the local engine (home `local`) and on two homes, `a` and `b`, where only the
+    session its `l` call spawns (leaf) is placed on b."""
     a, b = tmp_path / "a", tmp_path / "b"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
     on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
@@ -265,20 +273,27 @@ async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_ano
             return on_b if (agent.descriptor or {}).get("spawnCallId") == "l" else on_a
 
     monkeypatch.setattr(worker_module, "TurnActivities", Placed)
-    plan = plan_flow(write_transcript(tmp_path, DEEP))
-    local_home = tmp_path / "local"
-    await arun_flow(plan, home=local_home)
+    plan = plan_flow(write_transcript(tmp_path, spec))
+    await arun_flow(plan, home=tmp_path / "local")
     records: list[dict[str, Any]] = []
     async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
         result = await asyncio.wait_for(
             run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client), BACKSTOP)
     assert result.violations == []
-    root = result.root_session_id
-    assert len(sessions_in(b)) == 1 and root in sessions_in(a)  # leaf alone on b
-    [local_root] = [p.parent.name for p in (local_home / "sessions").glob("*/session.jsonl")
-                    if "parentSession" not in json.loads(p.read_text().splitlines()[0])]
+    assert sessions_in(b) == {labelled(b, "leaf")}  # leaf alone on b
+    return result
 
-    assert shape(listed(a, root)) == shape(listed(local_home, local_root)) == [("mid", 1, "ready"), ("leaf", 2, "ready")]
+
+async def test_list_agents_of_descendants_lists_a_grandchild_whose_log_is_on_another_home(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """root and mid on home a, leaf (mid's child) on b: the root's turn, on a, lists leaf from the
+    workflows (mid's `children` query), as the local engine lists it from its log."""
+    root = (await leaf_on_b(client, tmp_path, monkeypatch, DEEP)).root_session_id
+    a, local_home = tmp_path / "a", tmp_path / "local"
+    assert root in sessions_in(a)
+    assert shape(listed(a, root)) == shape(listed(local_home, labelled(local_home, None))) == \
+        [("mid", 1, "ready"), ("leaf", 2, "ready")]
 
 
 # root -> mid -> leaf. mid's first epoch starts leaf (its log on b) and settles; the root wakes mid
@@ -312,36 +327,12 @@ async def test_list_agents_lists_the_children_of_earlier_epochs_whose_logs_are_o
     """root and mid on home a, leaf (started by mid's first epoch) on b. mid's second epoch is a new
     run that never started leaf: its `list_agents` and the root's of descendants still list leaf,
     read from the earlier epoch's run (the workflow id's closed runs), as the local engine lists it."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
-
-    class Placed(TurnActivities):
-        def claim(self, agent: TreeInput) -> str | None:
-            return on_b if (agent.descriptor or {}).get("spawnCallId") == "l" else on_a
-
-    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
-    plan = plan_flow(write_transcript(tmp_path, EPOCHS))
-    local_home = tmp_path / "local"
-    await arun_flow(plan, home=local_home)
-    records: list[dict[str, Any]] = []
-    async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
-        result = await asyncio.wait_for(
-            run_tree_temporal(request_for(plan, tmp_path / "client", records), queue, client), BACKSTOP)
-    assert result.violations == [] and result.output == "LISTED"
-    root = result.root_session_id
-    [mid] = [s["sessionId"] for s in result.subagents if s["label"] == "mid"]
-    assert len(sessions_in(b)) == 1 and {root, mid} == sessions_in(a)  # leaf alone on b
+    result = await leaf_on_b(client, tmp_path, monkeypatch, EPOCHS)
+    a, local_home = tmp_path / "a", tmp_path / "local"
+    root, mid = result.root_session_id, labelled(a, "mid")
+    assert result.output == "LISTED" and sessions_in(a) == {root, mid}
     assert epochs_in(a, mid) == [1, 2]
-
-    def local(label: str | None) -> str:
-        """The local run's session of that label (None: its root)."""
-        for log in (local_home / "sessions").glob("*/session.jsonl"):
-            lines = [json.loads(line) for line in log.read_text().splitlines()]
-            found = next((e["data"].get("label") for e in lines[1:] if e["type"] == "subagent/descriptor"), None)
-            if found == label:
-                return log.parent.name
-        raise AssertionError(f"no local session labelled {label}")
-
-    assert shape(listed(a, mid, "look")) == shape(listed(local_home, local("mid"), "look")) == [("leaf", None, "ready")]
-    assert shape(listed(a, root)) == shape(listed(local_home, local(None))) == [("mid", 1, "ready"), ("leaf", 2, "ready")]
+    assert shape(listed(a, mid, "look")) == shape(listed(local_home, labelled(local_home, "mid"), "look")) == \
+        [("leaf", None, "ready")]
+    assert shape(listed(a, root)) == shape(listed(local_home, labelled(local_home, None))) == \
+        [("mid", 1, "ready"), ("leaf", 2, "ready")]
