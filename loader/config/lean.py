@@ -16,7 +16,7 @@ from typing import Any
 from dsh.loader.lean import FRESH, Field, Schema, camel, validate
 from dsh.loader.texts import TEXTS
 
-__all__ = ["CONFIG", "MAX_DURATION_SECONDS", "MAX_GRACE_SECONDS", "SCHEMAS", "env_name", "http_url", "lean_config"]
+__all__ = ["CONFIG", "MAX_DURATION_SECONDS", "MAX_GRACE_SECONDS", "MAX_WORKFLOW_TASK_SECONDS", "SCHEMAS", "env_name", "http_url", "lean_config"]
 
 _URL = re.compile(r"^https?://[^\s/]+\S*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -24,6 +24,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Issue 15 item 7: no setting is infinite (see schema.py).
 MAX_DURATION_SECONDS = 86_400.0
 MAX_GRACE_SECONDS = 3_600.0
+# Temporal refuses a longer workflow task timeout than two minutes.
+MAX_WORKFLOW_TASK_SECONDS = 120.0
 
 
 def http_url(value: str) -> str:
@@ -103,6 +105,7 @@ _SECTIONS = (
         _f("heartbeat_timeout_seconds", _duration("gt"), 60.0),
         _f("max_running_children", _ints(1), 2_000),
         _f("turn_workflows", ("lit", ("root", "all", "none")), "root"),
+        _f("workflow_task_timeout_seconds", ("opt", ("float", {"gt": 0, "le": MAX_WORKFLOW_TASK_SECONDS})), None),
     )),
 )
 CONFIG = Schema("Config", (

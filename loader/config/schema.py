@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dsh.loader.config.lean import MAX_DURATION_SECONDS, MAX_GRACE_SECONDS, env_name, http_url
+from dsh.loader.config.lean import MAX_DURATION_SECONDS, MAX_GRACE_SECONDS, MAX_WORKFLOW_TASK_SECONDS, env_name, http_url
 from dsh.loader.texts import TEXTS
 
 __all__ = [
@@ -150,6 +150,11 @@ class TemporalConfig(_Schema):
     # takes the tree's charges and a fan-out's notices; the default), every agent's, or none (one
     # workflow fewer per turn; one turn then lives within one run's 51,200 events).
     turn_workflows: Literal["root", "all", "none"] = "root"
+    # How long a worker may take over one workflow task of an agent's run before the server times
+    # it out and hands it to a worker again (unset: the server's 10 s). A task that must replay a
+    # long run's whole history (after an eviction) may need more: past it, every retry replays
+    # again and times out again (a root holding thousands of children in one turn; README "Scale").
+    workflow_task_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_WORKFLOW_TASK_SECONDS)] | None = None
 
 
 class Config(_Schema):

@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from dsh.loader.agent import user_message
 from dsh.loader.config import TemporalConfig
-from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult
+from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult, task_timeout
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
 from dsh.loader.fences import named_agents, unused_fences, user_agents
@@ -90,6 +90,7 @@ def run_spec(request: RunRequest, root_id: str, task_queue: str, heartbeat_secon
         continue_as_new_updates=config.temporal.continue_as_new_updates,
         max_running_children=config.temporal.max_running_children,
         turn_workflows=config.temporal.turn_workflows,
+        workflow_task_timeout=config.temporal.workflow_task_timeout_seconds,
         max_children=limits.max_children, max_requests=limits.max_requests, max_tokens_total=limits.max_tokens,
     )
 
@@ -122,7 +123,8 @@ async def submit(client: Client, request: RunRequest, task_queue: str, root_id: 
     spec = run_spec(request, root_id, task_queue, request.config.temporal.heartbeat_timeout_seconds)
     tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
                      cwd=os.getcwd())
-    handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue)
+    handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue,
+                                         task_timeout=task_timeout(spec))
     if request.sinks.on_started is not None:
         request.sinks.on_started(root_id)  # as run_tree: who waits for the run learns its root
     try:

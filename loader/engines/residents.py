@@ -36,7 +36,7 @@ from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
     Carried, ChildRef, ChildState, Delivery, FailedRun, TreeInput, TreeResult, TurnResult, agent_workflow_id,
-    child_workflow_id,
+    child_workflow_id, task_timeout,
 )
 
 __all__ = ["Residents"]
@@ -204,11 +204,12 @@ class Residents:
                 if not self._abandon:
                     handle = await workflow.start_child_workflow(
                         WORKFLOW_TYPE, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue,
-                        result_type=TreeResult)
+                        task_timeout=task_timeout(run), result_type=TreeResult)
                 else:
                     handle = await workflow.start_child_workflow(
                         WORKFLOW_TYPE, child, id=child_workflow_id(run.root_id, child_id), task_queue=run.task_queue,
-                        parent_close_policy=ParentClosePolicy.ABANDON, result_type=TreeResult)
+                        task_timeout=task_timeout(run), parent_close_policy=ParentClosePolicy.ABANDON,
+                        result_type=TreeResult)
                 break
             except WorkflowAlreadyStartedError:
                 # Its last run signalled its notice (so it is not resident) and is closing.

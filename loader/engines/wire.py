@@ -44,12 +44,18 @@ __all__ = [
     "TurnRunInput",
     "agent_workflow_id",
     "child_workflow_id",
+    "task_timeout",
 ]
 
 # A turn heartbeats per model chunk and per delivery; silence this long means its worker is gone.
 HEARTBEAT_TIMEOUT = timedelta(seconds=60)
 # One turn's ceiling (start to close) on one worker; retried elsewhere after it.
 TURN_TIMEOUT = timedelta(hours=1)
+
+
+def task_timeout(run: RunSpec) -> timedelta | None:
+    """An agent workflow's task timeout, as its start command gives it (None: the server's)."""
+    return None if run.workflow_task_timeout is None else timedelta(seconds=run.workflow_task_timeout)
 
 
 def child_workflow_id(root_id: str, child_id: str) -> str:
@@ -99,6 +105,8 @@ class RunSpec:
     # agent's run may continue as new while the turn goes on: `root`, `all` or `none` (README
     # "A turn across runs"; `none`, the default, also for runs started before this field).
     turn_workflows: str = "none"
+    # temporal.workflowTaskTimeoutSeconds: each agent workflow's task timeout (None: the server's).
+    workflow_task_timeout: float | None = None
     # No transcript: the worker's live provider (its own model.* settings and key; README "Live
     # providers"). Only the model's name crosses the wire, never an endpoint's key.
     max_children: int = 200  # limits.*: the tree's run budget, kept by the root workflow
