@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - the extra is installed in CI
         pytest.fail("temporalio is part of the `temporal` extra and must be installed in CI", pytrace=False)
     pytest.skip("the temporal extra is not installed (pip install -e '.[temporal]')", allow_module_level=True)
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from dsh.loader.config import Config, TemporalConfig
@@ -141,6 +141,18 @@ async def client() -> AsyncIterator[Client]:
     (`from temporal_kit import client`) and marks its tests `loop_scope="module"`."""
     async with dev_server() as c:
         yield c
+
+
+async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run's history of `workflow_id`, the first first (its continue-as-new chain)."""
+    histories: list[WorkflowHistory] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.insert(0, history)
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
+        if run_id is None:
+            return histories
 
 
 def write_transcript(tmp_path: Path, spec: dict[str, Any]) -> Path:

@@ -12,8 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporal_kit import client, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
-from temporalio.client import Client, WorkflowHistory
+from temporal_kit import client, run_histories, run_temporal  # noqa: F401  (client: the module's dev-server fixture)
+from temporalio.client import Client
 
 from dsh.loader.engines.residents import WORKFLOW_TYPE
 from dsh.loader.testing.runner import FlowPlan, plan_flow
@@ -26,25 +26,13 @@ def with_temporal(plan: FlowPlan, **temporal: object) -> FlowPlan:
     return FlowPlan(script=plan.script, config=plan.config.model_copy(update={"temporal": config}))
 
 
-async def runs_of(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run of the workflow's latest chain (continue-as-new), the first first."""
-    runs: list[WorkflowHistory] = []
-    run_id: str | None = None
-    while True:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        runs.insert(0, history)
-        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
-        if run_id is None:
-            return runs
-
-
 async def agent_task_timeouts(client: Client, root_id: str) -> dict[str, list[timedelta]]:
     """Each agent workflow of the tree -> the task timeout of each of its runs, in order."""
     found: dict[str, list[timedelta]] = {}
     pending = [root_id]
     while pending:
         workflow_id = pending.pop(0)
-        runs = await runs_of(client, workflow_id)
+        runs = await run_histories(client, workflow_id)
         found[workflow_id] = [r.events[0].workflow_execution_started_event_attributes.workflow_task_timeout.ToTimedelta()
                               for r in runs]
         for history in runs:

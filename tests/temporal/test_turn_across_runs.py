@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from temporal_kit import dev_server, replays_and_kept, settlement_facts
+from temporal_kit import dev_server, replays_and_kept, run_histories, settlement_facts
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 from test_root_continue import fan_out, root_notices, runs_of, turns_in_log
@@ -58,18 +58,6 @@ def waves(count: int, size: int) -> str:
     agents["root"] = {"replies": [*replies, {"text": "HELD"}, {"text": "ALL_RECEIVED"}]}  # (as fan_out)
     return json.dumps({"version": 1, "name": f"waves-{count}x{size}", "task": "Fan out in waves.", "fences": fences,
                        "agents": agents})
-
-
-async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run's history of `workflow_id`, the first first."""
-    histories: list[WorkflowHistory] = []
-    run_id: str | None = None
-    while True:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        histories.insert(0, history)
-        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
-        if run_id is None:
-            return histories
 
 
 def run_id_of(history: WorkflowHistory) -> str:
