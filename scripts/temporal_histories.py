@@ -36,7 +36,7 @@ CONTINUED = {"continued-as-new": ("interrupt-parked-resume", 1)}
 
 
 async def main() -> None:
-    from temporal_kit import dev_server, run_temporal
+    from temporal_kit import dev_server, run_histories, run_temporal
 
     from dsh.loader.testing.runner import FlowPlan, plan_flow
 
@@ -55,16 +55,8 @@ async def main() -> None:
                 ids = [run.result.root_session_id]
                 ids += [f"{ids[0]}/{p.parent.name}" for p in sorted(Path(home, "sessions").glob("*/session.jsonl"))
                         if p.parent.name != ids[0]]
-                histories = []
-                for workflow_id in ids:  # every run of each workflow, the earliest first
-                    runs, run_id = [], ""
-                    while True:
-                        history = await client.get_workflow_handle(workflow_id, run_id=run_id or None).fetch_history()
-                        runs.insert(0, history)
-                        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-                        if not run_id:
-                            break
-                    histories += [(workflow_id, h) for h in runs]
+                # every run of each workflow, the earliest first
+                histories = [(workflow_id, h) for workflow_id in ids for h in await run_histories(client, workflow_id)]
                 # The turns' own workflows (`temporal.turnWorkflows`, root by default), in the order
                 # their agents' runs started them: `<name>.turn<k>.json`.
                 turns = [(f"{name}.turn{k}", turn_id) for k, turn_id in

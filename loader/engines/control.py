@@ -114,7 +114,11 @@ async def workflow_children(client: Client, root_id: str, session_id: str) -> li
     if session_id == root_id:  # a root has one epoch: its runs carry `started` across continue-as-new
         return await _children_of(client, root_id, None)
     workflow_id = child_workflow_id(root_id, session_id)
-    runs = [None, *await _earlier_epochs(client, workflow_id)]
+    try:  # the latest run's id (no replay), so a closed latest run is not asked again as an epoch
+        latest = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    except RPCError:
+        return []  # no workflow of its own, or one that cannot answer
+    runs = [latest, *(run_id for run_id in await _earlier_epochs(client, workflow_id) if run_id != latest)]
     found: dict[str, ChildRef] = {}
     for refs in await asyncio.gather(*(_children_of(client, workflow_id, run_id) for run_id in runs)):
         for ref in refs:
@@ -132,8 +136,7 @@ async def _children_of(client: Client, workflow_id: str, run_id: str | None) -> 
 
 async def _earlier_epochs(client: Client, workflow_id: str) -> list[str]:
     """The run ids of the workflow's closed epochs, newest first, by a visibility listing: each
-    epoch's last run (one that continued as new carried its `started` into the next). The running
-    run, if any, is the latest, asked by id-less handle; a closed latest one is asked twice."""
+    epoch's last run (one that continued as new carried its `started` into the next)."""
     closed: list[tuple[float, str]] = []
     try:
         async for w in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
