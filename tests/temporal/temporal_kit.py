@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 try:
     import temporalio  # noqa: F401
@@ -52,6 +53,7 @@ from dsh.loader.ndjson import RecordStream
 from dsh.loader.sinks import RunSinks
 from dsh.loader.testing.flow import project
 from dsh.loader.testing.normalize import normalize
+from dsh.loader.transcripts import load_transcript
 from dsh.loader.testing.runner import Flow, FlowPlan, arun_flow, plan_flow
 
 
@@ -160,6 +162,27 @@ def write_transcript(tmp_path: Path, spec: dict[str, Any]) -> Path:
     path = tmp_path / f"{spec['name']}.json"
     path.write_text(json.dumps({"version": 1, "task": "Go.", **spec}))
     return path
+
+
+# Record orders the transcripts leave to timing, pinned for the tests that compare both engines'
+# streams record by record (the flows agree without them). interrupt-parked-resume: the root's
+# message B reaches the worker as next-turn work either way, but on Temporal it may arrive before
+# the worker's first step starts (its turn is an activity a worker takes later), which puts B's
+# splice before that `step/start` in the worker's log; locally it comes after.
+STREAM_PINS: dict[str, list[dict[str, Any]]] = {
+    "interrupt-parked-resume": [{"hold": {"agent": "root", "turn": 1, "step": 2,
+                                          "until": {"stepReached": {"agent": "worker", "turn": 1, "step": 1}}}}],
+}
+
+
+def stream_plan(name: str, tmp_path: Path) -> FlowPlan:
+    """The shipped transcript `name`, with its `STREAM_PINS` added as fences when it has any."""
+    pins = STREAM_PINS.get(name)
+    if not pins:
+        return plan_flow(name)
+    spec = yaml.safe_load(load_transcript(name).path.read_text())
+    spec["fences"] = [*spec.get("fences", []), *pins]
+    return plan_flow(str(write_transcript(tmp_path, spec)))
 
 
 @dataclass

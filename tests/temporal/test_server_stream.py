@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import backstopped, client, comparable, records_of, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, client, comparable, records_of, stream_plan, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from temporalio.worker import Replayer
 from test_temporal_engine import MANUAL, SHIPPED
@@ -114,7 +114,7 @@ async def both_reads(client: Client, workers: Path, root_id: str, queue: str) ->
 async def test_a_client_with_another_empty_home_gets_the_whole_stream_from_the_server(
     client: Client, name: str, tmp_path: Path
 ) -> None:
-    plan = plan_flow(name)
+    plan = stream_plan(name, tmp_path)
     local = await records_of(plan, tmp_path / "local")
     workers, home = tmp_path / "workers", tmp_path / "client"
     home.mkdir()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from temporal_kit import client, comparable, records_of  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import client, comparable, records_of, stream_plan  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_temporal_engine import MANUAL, SHIPPED
 
@@ -39,7 +39,7 @@ def assert_valid(records: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("name", STREAMED)
 async def test_both_engines_stream_the_same_records_per_agent(client: Client, name: str, tmp_path: Path) -> None:
-    plan = plan_flow(name)
+    plan = stream_plan(name, tmp_path)
     local = await records_of(plan, tmp_path / "local")
     temporal = await records_of(plan, tmp_path / "temporal", client)
     assert_valid(local)
