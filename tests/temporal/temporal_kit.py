@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - the extra is installed in CI
         pytest.fail("temporalio is part of the `temporal` extra and must be installed in CI", pytrace=False)
     pytest.skip("the temporal extra is not installed (pip install -e '.[temporal]')", allow_module_level=True)
 
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from dsh.loader.config import Config, TemporalConfig
@@ -155,6 +155,17 @@ async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistor
         run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
         if run_id is None:
             return histories
+
+
+async def assert_nothing_running(client: Client, root: str) -> None:
+    """No workflow of the tree `root` is left running. The listing is the server's visibility
+    store, which a run's close reaches after the close itself (a turn workflow closed just before
+    its agent's run was still listed running, CI stop 36): a run listed running is asked again
+    by `describe`, which reads the run's own state."""
+    async for found in client.list_workflows(f"WorkflowId STARTS_WITH '{root}'"):
+        if found.status == WorkflowExecutionStatus.RUNNING:
+            status = (await client.get_workflow_handle(found.id, run_id=found.run_id).describe()).status
+            assert status != WorkflowExecutionStatus.RUNNING, found.id
 
 
 def write_transcript(tmp_path: Path, spec: dict[str, Any]) -> Path:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 import temporalio
-from temporal_kit import client, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporal_kit import assert_nothing_running, client, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
+from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from dsh.loader.engines import worker
@@ -127,8 +127,7 @@ async def test_a_child_whose_turn_fails_with_its_child_resident_settles_as_on_th
             text = text.replace(prefix, "")
         HISTORY.write_text(text)
     # The tree closed: no workflow of it is left running (g's included).
-    async for found in client.list_workflows(f"WorkflowId STARTS_WITH '{result.root_session_id}'"):
-        assert found.status != WorkflowExecutionStatus.RUNNING, found.id
+    await assert_nothing_running(client, result.root_session_id)
 
 
 async def test_a_child_whose_turns_keep_failing_settles_once_after_its_child_and_never_loops(
@@ -175,5 +174,4 @@ async def test_a_child_whose_turns_keep_failing_settles_once_after_its_child_and
     [c] = [s["sessionId"] for s in result.subagents if s["label"] == "c"]
     ends = [e["data"]["reason"] for e in store.read(c).events if e["type"] == "turn/end"]
     assert [e["kind"] for e in ends] == ["completed", "error"]  # the failure's end, written once
-    async for found in client.list_workflows(f"WorkflowId STARTS_WITH '{result.root_session_id}'"):
-        assert found.status != WorkflowExecutionStatus.RUNNING, found.id
+    await assert_nothing_running(client, result.root_session_id)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporal_kit import assert_nothing_running, backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
+from temporalio.client import Client
 
 from dsh.loader.agent import Agent
 from dsh.loader.config import TemporalConfig
@@ -149,5 +149,4 @@ async def test_a_root_whose_turn_fails_for_good_drains_its_children_as_the_local
     # The root's run (the refused turn, the drain, the leftovers) replays; committed for test_replay.py.
     await replays_and_kept(client, root, "failed-root-drains.0.json")
     # No workflow of the tree is left running (c's included).
-    async for found in client.list_workflows(f"WorkflowId STARTS_WITH '{root}'"):
-        assert found.status != WorkflowExecutionStatus.RUNNING, found.id
+    await assert_nothing_running(client, root)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import assert_nothing_running, backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
@@ -144,11 +144,6 @@ def notices_in(home: Path, session_id: str) -> list[tuple[str | None, str, str]]
 
 def turn_ends(home: Path, session_id: str) -> list[Any]:
     return [e["data"]["reason"] for e in SessionStore(home).read(session_id).events if e["type"] == "turn/end"]
-
-
-async def assert_nothing_running(client: Client, root: str) -> None:
-    async for found in client.list_workflows(f"WorkflowId STARTS_WITH '{root}'"):
-        assert found.status != WorkflowExecutionStatus.RUNNING, found.id
 
 
 async def test_a_child_cancelled_by_hand_disposes_its_children_first_and_settles_its_parent_once(

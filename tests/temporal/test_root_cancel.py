@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_kit import backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import assert_nothing_running, backstopped, client, replays_and_kept  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
-from test_hand_ended import assert_nothing_running, hangs_reached, ids, label, notices_in, turn_ends, turn_taken
+from test_hand_ended import hangs_reached, ids, label, notices_in, turn_ends, turn_taken
 
 from dsh.loader.agent import Agent
 from dsh.loader.config import TemporalConfig
