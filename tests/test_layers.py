@@ -138,7 +138,8 @@ ENGINE_RANKS: dict[str, int] = {"__init__": 0, "wire": 0, "pages": 0, "interrupt
                                 "residents": 2, "turn_run": 2, "residency": 3, "endings": 4, "mid_turn": 5,
                                 "root_handlers": 6, "child_handlers": 7, "workflow": 8, "reader": 1, "projection": 1,
                                 "settle": 1, "recording": 1, "backends": 2, "turn": 3, "stream": 3, "tree_logs": 4,
-                                "control": 9, "long_polls": 9, "link": 10, "remote_user": 10, "client": 11, "worker": 12}
+                                "started": 9, "control": 10, "long_polls": 10, "link": 11, "remote_user": 11, "client": 12,
+                                "worker": 13}
 # Workflow code: the workflow class, its handler base classes and the state it keeps (the state
 # and its rules are plain classes).
 WORKFLOW_SIDE = ["patches", "queue", "board", "ledger", "calls", "pinning", "residents", "residency", "endings",

@@ -86,9 +86,9 @@ class RunningRoom:
     refused that would just have fit, never admitted past it. The workflow checks again as it
     starts (residents.py), the last word."""
 
-    def __init__(self, limit: int, known: int) -> None:
+    def __init__(self, limit: int, running: int) -> None:
         self.limit = limit
-        self.left = limit - known  # `known`: every child the agent ever started bounds what runs now
+        self.left = limit - running  # `running`: the agent's run's children open as the turn started
         self.unconfirmed = 0  # admitted, their start not answered yet
         self._asking = asyncio.Lock()
 

@@ -20,7 +20,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
 from dsh.loader.engines.refusals import Backoff, server_limit, workflow_gone
-from dsh.loader.engines.wire import AgentView, Answer, ChildRef, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
+from dsh.loader.engines.started import workflow_children
+from dsh.loader.engines.wire import AgentView, Answer, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.client import NotAChild, UnknownSession
 from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
@@ -106,47 +107,6 @@ async def workflow_status(client: Client, root_id: str, child_id: str) -> str:
         return "ready"
 
 
-async def workflow_children(client: Client, root_id: str, session_id: str) -> list[ChildRef]:
-    """The children an agent started or resumed in any of its epochs (its workflow's `children`
-    query, asked of the latest run and of each earlier epoch's last run: a new epoch is a new run,
-    which never started its earlier epochs' children); none for an agent with no workflow of its own
-    (a one-shot child, an unknown id) or one that cannot answer. The latest run's answer comes first."""
-    if session_id == root_id:  # a root has one epoch: its runs carry `started` across continue-as-new
-        return await _children_of(client, root_id, None)
-    workflow_id = child_workflow_id(root_id, session_id)
-    try:  # the latest run's id (no replay), so a closed latest run is not asked again as an epoch
-        latest = (await client.get_workflow_handle(workflow_id).describe()).run_id
-    except RPCError:
-        return []  # no workflow of its own, or one that cannot answer
-    runs = [latest, *(run_id for run_id in await _earlier_epochs(client, workflow_id) if run_id != latest)]
-    found: dict[str, ChildRef] = {}
-    for refs in await asyncio.gather(*(_children_of(client, workflow_id, run_id) for run_id in runs)):
-        for ref in refs:
-            found.setdefault(ref.child_id, ref)
-    return list(found.values())
-
-
-async def _children_of(client: Client, workflow_id: str, run_id: str | None) -> list[ChildRef]:
-    handle = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id, run_id=run_id)
-    try:
-        return await handle.query(AgentWorkflow.children)
-    except (RPCError, WorkflowQueryFailedError):
-        return []
-
-
-async def _earlier_epochs(client: Client, workflow_id: str) -> list[str]:
-    """The run ids of the workflow's closed epochs, newest first, by a visibility listing: each
-    epoch's last run (one that continued as new carried its `started` into the next)."""
-    closed: list[tuple[float, str]] = []
-    try:
-        async for w in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
-            if w.status not in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
-                closed.append((w.start_time.timestamp(), w.run_id))
-    except RPCError:
-        return []
-    return [run_id for _, run_id in sorted(closed, reverse=True)]
-
-
 async def run_is_live(client: Client, root_id: str) -> bool:
     """Whether the tree's root workflow is still running (a live run hosts its children)."""
     try:
@@ -210,26 +170,25 @@ async def run_status(client: Client, root_id: str) -> dict[str, Any] | None:
 
 async def subagent_list(client: Client, root_id: str, parent_id: str, scope: str = "children") -> dict[str, Any]:
     """`subagent.list` (§18.2) on Temporal, in the socket's shape: the children the parent's
-    workflow started or resumed, in that order, each with its workflow's §12.2 status (`ready`
-    when none runs); `descendants` walks each child's own workflow. `parentLive`: the parent's
-    workflow runs."""
-    parent = await view_of(client, agent_workflow_id(root_id, parent_id))
-    live = parent is not None and await _running(client, agent_workflow_id(root_id, parent_id))
+    workflow started or resumed in any of its runs, in that order (started.py), each with its
+    workflow's §12.2 status (`ready` when none runs); `descendants` walks each child's own
+    workflow. `parentLive`: the parent's workflow runs."""
+    live = await _running(client, agent_workflow_id(root_id, parent_id))
     entries: list[dict[str, Any]] = []
     seen = {parent_id}
 
-    async def visit(view: AgentView | None, depth: int) -> None:
-        refs = [c for c in (view.children if view is not None else []) if c.child_id not in seen]
+    async def visit(parent: str, depth: int) -> None:
+        refs = [c for c in await workflow_children(client, root_id, parent) if c.child_id not in seen]
         seen.update(c.child_id for c in refs)
         views = await asyncio.gather(*(view_of(client, child_workflow_id(root_id, c.child_id)) for c in refs))
         for ref, child in zip(refs, views, strict=True):
             status = "ready" if child is None else child.status  # a closed run answers `ready`
-            entries.append({"sessionId": ref.child_id, "parentSessionId": view.session_id if view else parent_id,
+            entries.append({"sessionId": ref.child_id, "parentSessionId": parent,
                             "depth": depth, "label": str(ref.descriptor.get("label", "")), "status": status})
             if scope == "descendants":
-                await visit(child, depth + 1)
+                await visit(ref.child_id, depth + 1)
 
-    await visit(parent, 1)
+    await visit(parent_id, 1)
     return {"parentLive": live, "entries": entries}
 
 

@@ -19,7 +19,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from dsh.loader.engines.control import admitted, interrupt_workflow, workflow_children, workflow_status
+from dsh.loader.engines.control import admitted, interrupt_workflow, workflow_status
+from dsh.loader.engines.started import workflow_children
 from dsh.loader.engines.long_polls import board_after, resent, unless_cancelled
 from dsh.loader.engines.refusals import Backoff, workflow_gone
 from dsh.loader.engines.wire import (

@@ -1,7 +1,8 @@
 """A session's log on its home (loader/engines/README.md "Homes"): the header its first turn
 writes there (`header_of`: the one its parent's `subagent` made, for a child), the catalogue
-`list_agents` reads, which also names the children whose logs are on other homes, and the client's
-replay cursors rebuilt from a tree's logs (`replay_over`).
+`list_agents` reads, which also names the children whose logs are on other homes, the children
+a log shows its agent spawned (`spawned`), and the client's replay cursors rebuilt from a tree's
+logs (`replay_over`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dsh.loader.session import ReadResult, make_header
 from dsh.loader.subagents import Catalogue, CatalogueEntry
 from dsh.loader.transcripts import Transcript
 
-__all__ = ["Elsewhere", "header_of", "replay_over"]
+__all__ = ["Elsewhere", "header_of", "replay_over", "spawned"]
 
 
 def replay_over(script: Transcript, logs: dict[str, ReadResult], root_id: str) -> ReplayProvider:
@@ -69,3 +70,18 @@ def header_of(who: TreeInput) -> dict[str, Any]:
         return dict(who.header)
     return make_header(who.session_id, parent_session=who.parent_id, origin="subagent" if who.parent_id else None,
                        delegation_depth=who.depth, cwd=who.cwd)
+
+
+def spawned(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(child session id, `subagent` call id) of each background child the log's agent started, in
+    order: a `subagent` result's value names it. A turn binds `{{child:<callId>}}` from these, so
+    its input need not carry every child the agent ever started (README "Large payloads")."""
+    found: list[tuple[str, str]] = []
+    for event in events:
+        if event["type"] != "tool/result":
+            continue
+        data = event["data"]
+        value = data.get("value")
+        if isinstance(value, dict) and value.get("kind") == "continuable" and isinstance(data.get("callId"), str):
+            found.append((str(value["sessionId"]), data["callId"]))
+    return found

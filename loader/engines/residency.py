@@ -212,7 +212,7 @@ class Residency:
         return AgentView(
             session_id=who.session_id, parent_id=who.parent_id, label=(who.descriptor or {}).get("label"),
             depth=who.depth, status=self.status(), resident=list(self.residents),
-            children=list(self.residents.started), stalled=stall.stalled, parked=list(stall.parked),
+            stalled=stall.stalled, parked=list(stall.parked),
             shutting_down=self.closing or self.releasing)
 
     def engage(self, engaged: list[bool]) -> None:

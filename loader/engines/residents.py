@@ -52,8 +52,9 @@ class Residents:
         self._signals: set[asyncio.Task[None]] = set()  # release signals in flight
         self.tasks: dict[str, asyncio.Task[None] | None] = dict.fromkeys(carried.resident)
         self.entered: set[str] = set()  # notice ids entered by this run: a child's notice comes twice
-        self.started: list[ChildRef] = list(carried.children)
-        self._started_ids = {c.child_id for c in self.started}  # `add` in O(1): a fan-out adds thousands
+        # Started or resumed by this run, after the resident ones an earlier run carried, in order
+        # (a dict: `add` in O(1), a fan-out adds thousands); only the resident ones are carried.
+        self._refs: dict[str, ChildRef] = {c.child_id: c for c in carried.children}
         self.stalled: dict[str, ChildState] = {s.child_id: s for s in carried.stalled}  # what each last told
         self.sent: dict[str, int] = dict(carried.sent)  # follow-ups delivered to each residency
         self.epochs: dict[str, int] = dict(carried.epochs)  # resident child -> its run's epoch
@@ -78,9 +79,8 @@ class Residents:
 
     def add(self, child_id: str, descriptor: dict[str, Any], task: asyncio.Task[None],
             header: dict[str, Any] | None = None) -> None:
-        if child_id not in self._started_ids:
-            self._started_ids.add(child_id)
-            self.started.append(ChildRef(child_id=child_id, descriptor=descriptor, header=header))
+        if child_id not in self._refs:
+            self._refs[child_id] = ChildRef(child_id=child_id, descriptor=descriptor, header=header)
         self.tasks[child_id] = task
         self.told.discard(child_id)  # a new epoch's run knows nothing of this run's moves
 
@@ -121,9 +121,20 @@ class Residents:
     def parked_below(self) -> list[str]:
         return [p for c in self.tasks if (s := self.stalled.get(c)) is not None for p in s.parked]
 
+    def started(self, start: int = 0, count: int | None = None) -> list[ChildRef]:
+        """The children this run knows, in order: the resident ones carried, then its own."""
+        refs = list(self._refs.values())
+        return refs[start:] if count is None else refs[start:start + count]
+
+    def resident_refs(self) -> list[ChildRef]:
+        """The resident children's refs: what a turn and the next run are handed, bounded by what
+        runs at once (an earlier run's residents carried without a ref, by a worker before refs
+        were bounded, have none here; their spawns are in the agent's log)."""
+        return [ref for c in self.tasks if (ref := self._refs.get(c)) is not None]
+
     def carry(self) -> dict[str, Any]:
         """The `Carried` fields of the table."""
-        return {"children": list(self.started), "resident": list(self.tasks), "sent": dict(self.sent),
+        return {"children": self.resident_refs(), "resident": list(self.tasks), "sent": dict(self.sent),
                 "stalled": list(self.stalled.values()), "epochs": dict(self.epochs)}
 
     def untold(self) -> list[str]:

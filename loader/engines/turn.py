@@ -41,7 +41,7 @@ from dsh.loader.agent import Message
 from dsh.loader.engines.backends import RunningRoom, WorkflowDelegation, WorkflowLink, plain
 from dsh.loader.engines.failed_text import KeepFailedText
 from dsh.loader.engines.interrupts import apply_interrupt, interrupts_in_log
-from dsh.loader.engines.logs import Elsewhere, header_of
+from dsh.loader.engines.logs import Elsewhere, header_of, spawned
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_notice
 from dsh.loader.engines.wire import (
     Charge,
@@ -252,7 +252,7 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     tree.delegation = WorkflowDelegation(link, manager_config, run.root_id, tree.store,
                                          bind=replay.bind_child if replay is not None else None,
                                          listed=elsewhere.add if elsewhere is not None else None,
-                                         room=RunningRoom(run.max_running_children - spec.own_workflow, len(spec.children)))
+                                         room=RunningRoom(run.max_running_children - spec.own_workflow, spec.running))
     fences: Fences | None = None
     script = replay.transcript.spec if replay is not None else None
     if replay is not None and script is not None and ((script.fences and run.fences_allowed) or script.user):
@@ -268,8 +268,10 @@ async def run_turn(spec: TurnInput, link: WorkflowLink, *, retry: bool = False, 
     except BaseException:
         await provider.aclose()
         raise
-    for child in spec.children:  # `{{child:...}}` of the children this workflow run started
-        if replay is not None:
+    if replay is not None:  # `{{child:...}}`: every child the agent's log shows it spawned, any resident one
+        for child_id, call_id in spawned(agent.session.events):
+            replay.bind_child(child_id, {"mode": "continuable", "spawnCallId": call_id})  # binding reads the call id
+        for child in spec.children:
             replay.bind_child(child.child_id, child.descriptor)
     taken = 0
     applied = 0  # interrupts of this turn applied (Poll.interrupts)

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 __all__ = [
+    "CHILDREN_PAGE",
     "HEARTBEAT_TIMEOUT",
     "AgentView",
     "Answer",
@@ -51,6 +52,9 @@ __all__ = [
 HEARTBEAT_TIMEOUT = timedelta(seconds=60)
 # One turn's ceiling (start to close) on one worker; retried elsewhere after it.
 TURN_TIMEOUT = timedelta(hours=1)
+# The children one answer of query `children` holds (~450 bytes each: a query's answer stays far
+# below the server's message limit however many children a run started).
+CHILDREN_PAGE = 1_000
 
 
 def task_timeout(run: RunSpec) -> timedelta | None:
@@ -167,6 +171,9 @@ class Carried:
     tree's budget, the charges' answers and the fence board."""
 
     parked: list[str] = field(default_factory=list)
+    # The resident children's refs (a run that carried every child it ever started met the 2 MB
+    # payload limit at ~8,000 children): the run's `children` query answers these and its own
+    # starts, and earlier runs answer theirs (control.workflow_children).
     children: list[ChildRef] = field(default_factory=list)
     told_stalled: ChildState | None = None
     violations: list[dict[str, Any]] = field(default_factory=list)
@@ -208,7 +215,8 @@ class TurnInFlight:
 
 @dataclass
 class ChildRef:
-    """A child this workflow run started or resumed: each turn binds it for `{{child:...}}`."""
+    """A child a workflow run started or resumed (query `children`; a resident one goes into each
+    turn's input, and with it into the run it continues as)."""
 
     child_id: str
     descriptor: dict[str, Any]
@@ -233,7 +241,11 @@ class TurnInput:
     offset: int  # index of deliveries[0] in the workflow's list: the long-poll continues from here
     seq: int = 0  # which turn activity of this run: a poll of an ended turn returns at once
     parked: list[str] = field(default_factory=list)  # waking messages the last turn left queued (§10.3)
+    # The resident children: `list_agents` lists those whose logs are on other homes, and
+    # `{{child:...}}` binds them (and every child the agent's log shows it spawned). Only the
+    # resident ones: bounded by what runs at once, not by every child the agent ever started.
     children: list[ChildRef] = field(default_factory=list)
+    running: int = 0  # this run's child runs open as the turn starts (`temporal.maxRunningChildren`)
     release: bool = False  # the tree releases parked work: cancel the agent, clearing its inbox (§17.2)
     # Deliveries pending past `deliveries` (a page: PAGE_BYTES), fetched by the turn's poll before
     # it sends any, so a turn starts with every pending one, as by value (README "Large payloads").
@@ -414,7 +426,6 @@ class AgentView:
     depth: int
     status: str  # `list_agents`' status (§12.2): running, parked, idle, ready once closing
     resident: list[str] = field(default_factory=list)  # children whose settlement is still due
-    children: list[ChildRef] = field(default_factory=list)  # started or resumed by this run, in order
     stalled: bool = False  # every agent at and below it idle with a child parked (§17.2)
     parked: list[str] = field(default_factory=list)  # the parked agents of that stall
     shutting_down: bool = False  # releasing its tree, or its run is closing

@@ -29,8 +29,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from dsh.loader.engines.wire import (
-        AgentView, Answer, Carried, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt, MessageChild,
-        Poll, PollReply, ResumeCheck, TreeInput, TreeResult, TurnInput, TurnOutcome, TurnResult,
+        CHILDREN_PAGE, AgentView, Answer, Carried, ChildRef, ChildState, Delivery, FailedRun, Interrupt, InterruptAt,
+        MessageChild, Poll, PollReply, ResumeCheck, TreeInput, TreeResult, TurnInput, TurnOutcome, TurnResult,
     )
     from dsh.loader.engines.board import FenceBoard
     from dsh.loader.engines.calls import chain, resume_check, run_turn, settle_failed
@@ -163,7 +163,8 @@ class AgentWorkflow(ChildHandlers):
             first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
             spec = TurnInput(
                 agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
-                children=list(self._residents.started), release=release, more=len(self._queue) - offset - len(first),
+                children=self._residents.resident_refs(), running=self._residents.running, release=release,
+                more=len(self._queue) - offset - len(first),
                 children_elsewhere=self._homes.queue() is not None)
             if self._by_run():
                 turn = self._turn_in_run(spec, movable=movable)
@@ -210,10 +211,11 @@ class AgentWorkflow(ChildHandlers):
         return self._s.status()
 
     @workflow.query
-    def children(self) -> list[ChildRef]:
-        """The children this residency started or resumed, with the headers their logs begin with:
-        a `list_agents` of descendants lists those whose logs are on other homes (a query: no command)."""
-        return list(self._residents.started)
+    def children(self, start: int = 0) -> list[ChildRef]:
+        """The children this run started or resumed (and the resident ones it carried), with the
+        headers their logs begin with, from `start`, at most CHILDREN_PAGE: `list_agents` lists those
+        whose logs are on other homes, `subagent.list` all (control.workflow_children asks every run)."""
+        return self._residents.started(start, CHILDREN_PAGE)
 
     @workflow.query
     def view(self) -> AgentView:

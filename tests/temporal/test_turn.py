@@ -456,3 +456,27 @@ async def test_a_retry_in_a_later_run_counts_the_deliveries_before_its_base_take
     link = RecordingLink(replies=[PollReply(base=3)])
     result = await run_turn(spec, link, retry=True)
     assert result.taken == 3 and link.polls[:2] == [1, 3]
+
+
+async def test_a_later_turn_binds_the_children_its_log_shows_it_spawned_with_none_in_its_input(tmp_path: Path) -> None:
+    """A turn's input carries only the resident children (README "Large payloads"): one spawned in
+    an earlier turn, and settled since, is bound for `{{child:...}}` from the agent's log."""
+    script = tmp_path / "later.yaml"
+    script.write_text(
+        "version: 1\nname: later\ntask: Go.\nagents:\n  root:\n    replies:\n"
+        "      - toolCalls:\n          - {id: c0, name: subagent, arguments: {label: alpha, prompt: Work.}}\n"
+        "      - text: STARTED\n"
+        "      - toolCalls:\n          - {id: c1, name: send_message, arguments: {agent_id: '{{child:c0}}', message: More.}}\n"
+        "      - text: SENT\n  alpha:\n    spawnedBy: c0\n    replies:\n      - text: unused\n"
+    )
+    first = root_turn(tmp_path, str(script), "Go.")
+    link = RecordingLink()
+    assert (await run_turn(first, link)).output == "STARTED"
+    [child] = link.children
+    later = TurnInput(agent=first.agent, deliveries=[Delivery(dict(user_message("Again.", {"kind": "user"})))],
+                      offset=1, seq=1)
+    assert later.children == []
+    result = await run_turn(later, link)
+    assert (result.output, result.violations) == ("SENT", [])
+    [sent] = link.messages
+    assert sent.child_id == child.child_id
