@@ -48,7 +48,9 @@ def transcript(rounds: int, batch: int) -> dict[str, Any]:
         replies.append({"toolCalls": calls})
         fences.append({"hold": {"agent": "root", "turn": 1, "step": r + 2, "until": {
             "inboxAccepted": {"agent": "root", "kind": "subagent-settled", "count": (r + 1) * batch}}}})
-    replies.append({"text": "ALL_RECEIVED"})
+    # The last batch's notices, accepted while the held step waits, enter the step after it (as in
+    # fanout.py's transcript).
+    replies += [{"text": "ROUNDS_DONE"}, {"text": "ALL_RECEIVED"}]
     return {"version": 1, "name": f"rounds-{rounds}x{batch}", "task": "Start children in rounds.", "fences": fences,
             "agents": {"root": {"replies": replies}, **agents}}
 
@@ -85,6 +87,12 @@ async def measure(address: str, root: str) -> None:
                 if a.activity_type.name == "dsh.turn":
                     turn_input = max(turn_input, sum(len(p.data) for p in a.input.payloads))
     inputs = [len(h.events[0].workflow_execution_started_event_attributes.input.payloads[0].data) for h in runs]
+    largest = json.loads(runs[inputs.index(max(inputs))].events[0].workflow_execution_started_event_attributes.input
+                         .payloads[0].data)
+    parts = {**{k: v for k, v in largest.items() if k != "carried"}, **{f"carried.{k}": v for k, v in
+                                                                     (largest.get("carried") or {}).items()}}
+    weights = sorted(((len(json.dumps(v, separators=(",", ":"))), k) for k, v in parts.items()), reverse=True)
+    print("  the largest run input by field: " + ", ".join(f"{k} {b:,} B" for b, k in weights[:5]))
     print(f"  runs {len(runs)}; largest run input {max(inputs):,} B; largest turn input {turn_input:,} B; "
           f"floor (first run's input) {inputs[0]:,} B")
     if ref_bytes:

@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import timedelta
 from typing import Any
 
@@ -135,10 +136,14 @@ class Homes:
             return [None]
         return list(self.known) if self.enabled and self.known else [None]
 
-    def carry(self) -> dict[str, Any]:
-        """The `Carried` fields of the table."""
+    def carry(self, resident: Container[str]) -> dict[str, Any]:
+        """The `Carried` fields of the table. `homeless` only for the `resident` children: it grew
+        by a child id for every child ever settled (workers without a home), and a later cold
+        resume learns it again from its resume check before it starts the child (`learn`), whose
+        `checks` go to the shared queue anyway when no home is known."""
         return {"homes": dict(self.children), "tree_homes": list(self.tree),
-                "heard_homes": {k: list(v) for k, v in self.heard.items()}, "homeless": sorted(self.homeless)}
+                "heard_homes": {k: list(v) for k, v in self.heard.items()},
+                "homeless": sorted(c for c in self.homeless if c in resident)}
 
     def claimed_child(self, child_id: str) -> bool:
         """A child's next epoch is told its create activity ran (its log has no home queue)."""

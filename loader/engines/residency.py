@@ -158,7 +158,7 @@ class Residency:
                           runs=runs + 1, seen=self.seen, parent_moved=self.parent_moved,
                           **self.residents.carry(), **self.ledger.carry(),
                           facts=list(self.board.facts), fact_last=self.board.carried_last(),
-                          quiet=quiet, turn=turn, **homes.carry())
+                          quiet=quiet, turn=turn, **homes.carry(self.residents))
         deliveries = self.queue.after(turn.base) if turn is not None else self.queue.pending()
         return dataclasses.replace(self.input, deliveries=deliveries, carried=carried,
                                    home_queue=homes.mine, known_homes=list(homes.known), claimed=homes.claimed)

@@ -3,7 +3,9 @@ stay under the 2 MB limit"; loader/engines/README.md "Large payloads"). A run ha
 continues as only its resident children's refs, and a turn only the resident ones: before, both
 carried every child the residency ever started (~200 bytes each, the limit at ~8,000–10,000). What
 the list served still works: `{{child:...}}` binds from the agent's own log, and `subagent.list`
-asks every run of the parent's workflow for the children it started.
+asks every run of the parent's workflow for the children it started. With workers without a
+home, a settled child's claim (`Carried.homeless`) is not carried either: a cold resume learns it
+from its resume check.
 
 The tree, every agent continuing as new after each turn with work ahead: the root starts a (held
 until the root's first turn ended, so its notice wakes the second); the second turn starts b (held
@@ -21,11 +23,13 @@ from pathlib import Path
 import pytest
 import yaml
 from temporal_kit import backstopped, client, run_histories, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
+from test_homes import queues_of, run_ids
 from temporalio.client import Client
 
 from dsh.loader.config import TemporalConfig
 from dsh.loader.engines.client import run_tree_temporal
 from dsh.loader.engines.control import user_call
+from dsh.loader.engines.wire import agent_workflow_id
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.headless import RunRequest
 from dsh.loader.testing.flow import project
@@ -83,6 +87,10 @@ async def test_a_run_carries_only_its_resident_children_and_every_child_is_still
         # Asked while a worker runs: a closed run answers its `children` query by replaying.
         listed = await user_call(client, root, "subagent.list", {"parentSessionId": root})
         runs = await run_histories(client, root)
+        [a] = [s["sessionId"] for s in result.subagents if s["label"] == "a"]
+        epochs = await run_ids(client, root, agent_workflow_id(root, a))
+        creates = [[kind for kind, _ in await queues_of(client, agent_workflow_id(root, a), run_id)].count(
+            "dsh.create_session") for run_id in epochs]
     # `{{child:start-a}}` bound in a run that never started a (nor carried it), and the flow is the
     # local engine's.
     assert (result.output, result.violations) == ("DONE", [])
@@ -94,9 +102,14 @@ async def test_a_run_carries_only_its_resident_children_and_every_child_is_still
     assert len(carried) >= 3  # after turns 1, 2 and 3 (children resident after each)
     for each in carried:
         assert [c["child_id"] for c in each["children"]] == each["resident"]
+        # Workers without a home: a settled child's claim is not carried either (below, learnt again).
+        assert set(each["homeless"]) <= set(each["resident"])
     labels = {c["child_id"]: c["descriptor"]["label"] for each in carried for c in each["children"]}
     # The run after the root's second turn: a had settled (its notice woke that turn), so only b
     # could be carried; before, a went on in every run's input.
     assert [labels[c] for c in carried[1]["resident"]] in (["b"], [])
+    # a's second epoch, resumed by a run that carried nothing of it, was told its log is claimed
+    # (the resume check found it): its create activity ran once, in the first epoch.
+    assert creates == [1, 0]
     # `subagent.list` lists both, in the order they started, from the runs that started them.
     assert [(e["label"], e["status"], e["depth"]) for e in listed["entries"]] == [("a", "ready", 1), ("b", "ready", 1)]
