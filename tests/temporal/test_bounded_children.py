@@ -113,3 +113,57 @@ async def test_a_run_carries_only_its_resident_children_and_every_child_is_still
     assert creates == [1, 0]
     # `subagent.list` lists both, in the order they started, from the runs that started them.
     assert [(e["label"], e["status"], e["depth"]) for e in listed["entries"]] == [("a", "ready", 1), ("b", "ready", 1)]
+
+
+EARLIER_EPOCH = {
+    "version": 1, "name": "earlier-epoch-child", "task": "Start mid, then message it again.",
+    "fences": [
+        {"hold": {"agent": "mid", "turn": 1, "step": 1, "until": {"turnEnded": {"agent": "root", "turn": 1}}}},
+        {"hold": {"agent": "leaf", "turn": 1, "step": 1, "until": {"turnEnded": {"agent": "mid", "turn": 1}}}},
+        {"hold": {"agent": "mid", "turn": 3, "step": 1, "until": {"turnEnded": {"agent": "root", "turn": 2}}}},
+        {"hold": {"agent": "leaf", "turn": 2, "step": 1, "until": {"turnEnded": {"agent": "mid", "turn": 3}}}},
+    ],
+    "agents": {
+        "root": {"replies": [
+            {"toolCalls": [{"id": "m", "name": "subagent", "arguments": {"label": "mid", "prompt": "Start leaf."}}]},
+            {"text": "R_STARTED"},
+            {"toolCalls": [{"id": "again", "name": "send_message",
+                            "arguments": {"agent_id": "{{child:m}}", "message": "Message leaf."}}]},
+            {"text": "R_SENT"},
+            {"text": "DONE"},
+        ]},
+        "mid": {"spawnedBy": "m", "replies": [
+            {"toolCalls": [{"id": "l", "name": "subagent", "arguments": {"label": "leaf", "prompt": "Reply."}}]},
+            {"text": "M1"},
+            {"text": "M2"},
+            {"toolCalls": [{"id": "more", "name": "send_message", "arguments": {"agent_id": "{{child:l}}", "message": "More."}}]},
+            {"text": "M3"},
+            {"text": "M4"},
+        ]},
+        "leaf": {"spawnedBy": "l", "replies": [{"text": "L1"}, {"text": "L2"}]},
+    },
+}
+
+
+async def test_a_child_binds_in_its_second_epoch_a_child_it_spawned_in_its_first(client: Client, tmp_path: Path) -> None:
+    """mid's second epoch is a new workflow run that never started leaf: `{{child:l}}` binds from
+    mid's log, and the flow is the local engine's. Before, only the children the current run started
+    were bound, and the send failed unresolved."""
+    path = tmp_path / "earlier-epoch-child.yaml"
+    path.write_text(yaml.safe_dump(EARLIER_EPOCH, sort_keys=False))
+    base = plan_flow(str(path))
+    flow_plan = FlowPlan(script=base.script, config=backstopped(base.config))
+    local = await arun_flow(flow_plan, home=tmp_path / "local")
+    home = tmp_path / "temporal"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    request = RunRequest(home=home, config=flow_plan.config, transcript=flow_plan.script, fences_allowed=True)
+    async with make_worker(client, queue):
+        result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client),
+                                        BACKSTOP)
+    assert (result.output, result.violations) == ("DONE", [])
+    flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, flow_plan.script.spec.name)))
+    facts = settlement_facts(flow)
+    assert facts == settlement_facts(local)
+    assert flow == local
+    # mid settled twice (one notice per epoch), leaf twice into mid.
+    assert sorted((n["from"], n["to"]) for n in facts["notices"]) == [("S2", "S1"), ("S2", "S1"), ("S3", "S2"), ("S3", "S2")]
