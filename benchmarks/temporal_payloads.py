@@ -12,7 +12,9 @@ it carried: `TreeInput` with `Carried`), the children refs in it and the residen
 turn input (the `dsh.turn_run` child start's input, `TurnInput` inside). Beside them, the same-run
 floor: the first run's input, which carries nothing; and what a list of every child started would
 weigh (the refs' mean size × children started), which is what a run carried before refs were
-bounded. `--dsh` runs another tree's executable (an older venv's `dsh`) for the same figures.
+bounded. Then the cost of the listing that pays for it: one `subagent.list` of the root, which
+asks every run (a closed one by replaying it). `--dsh` runs another tree's executable (an older
+venv's `dsh`) for the same figures, without the listing (its workers answer another query shape).
 
     python benchmarks/temporal_payloads.py [--rounds 10] [--batch 100] [--events 1500] [--dsh OTHER/bin/dsh]
 """
@@ -33,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fanout import dsh_command  # noqa: E402
-from temporal_fanout import free_port, start_server  # noqa: E402
+from temporal_fanout import cpu_seconds, free_port, start_server  # noqa: E402
 
 
 def transcript(rounds: int, batch: int) -> dict[str, Any]:
@@ -55,11 +57,18 @@ def transcript(rounds: int, batch: int) -> dict[str, Any]:
             "agents": {"root": {"replies": replies}, **agents}}
 
 
-async def measure(address: str, root: str) -> None:
+async def measure(address: str, root: str, *, listing: bool) -> None:
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client
 
     client = await Client.connect(address)
+    if listing:  # this tree's client against this tree's workers: every run answers for its children
+        from dsh.loader.engines.control import user_call
+
+        start = time.perf_counter()
+        listed = await user_call(client, root, "subagent.list", {"parentSessionId": root})
+        entries = (listed or {}).get("entries") or []
+        print(f"  subagent.list of the root: {len(entries):,} children in {time.perf_counter() - start:.2f} s")
     runs: list[Any] = []
     run_id: str | None = None
     while True:  # the chain of runs, the last first
@@ -125,15 +134,18 @@ def main() -> None:
             home = Path(tmp) / "home"
             cmd = [*dsh, "run", "--transcript", str(script), "--home", str(home), "--engine", "temporal", "--json",
                    "--max-children", str(n + 10), "--max-requests", str(2 * n + 10)]
+            side0 = cpu_seconds(worker.pid) + cpu_seconds(server.pid)
             start = time.perf_counter()
             run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
             wall = time.perf_counter() - start
+            side = cpu_seconds(worker.pid) + cpu_seconds(server.pid) - side0
             result = json.loads(run.stdout.splitlines()[-1]) if run.stdout else {}
             print(f"{args.rounds} rounds × {args.batch} children (N={n}), continueAsNewAfter {args.events}: "
-                  f"exit {run.returncode}, {result.get('output', '')!r}, {wall:.1f} s, load {os.getloadavg()[0]:.1f}")
+                  f"exit {run.returncode}, {result.get('output', '')!r}, {wall:.1f} s, worker+server CPU {side:.1f} s, "
+                  f"load {os.getloadavg()[0]:.1f}")
             if run.returncode != 0:
                 print(run.stderr[-2000:])
-            asyncio.run(measure(address, result["rootSessionId"]))
+            asyncio.run(measure(address, result["rootSessionId"], listing=args.dsh is None))
     finally:
         worker.terminate()
         worker.wait(timeout=120)
