@@ -64,11 +64,16 @@ async def measure(address: str, root: str, *, listing: bool) -> None:
     client = await Client.connect(address)
     if listing:  # this tree's client against this tree's workers: every run answers for its children
         from dsh.loader.engines.control import user_call
+        from dsh.loader.engines.started import workflow_children
 
+        start = time.perf_counter()
+        refs = await workflow_children(client, root, root)
+        asked = time.perf_counter() - start
         start = time.perf_counter()
         listed = await user_call(client, root, "subagent.list", {"parentSessionId": root})
         entries = (listed or {}).get("entries") or []
-        print(f"  subagent.list of the root: {len(entries):,} children in {time.perf_counter() - start:.2f} s")
+        print(f"  the root's runs asked for their children: {len(refs):,} in {asked:.2f} s; subagent.list of the root "
+              f"(that, and each child's status): {len(entries):,} in {time.perf_counter() - start:.2f} s")
     runs: list[Any] = []
     run_id: str | None = None
     while True:  # the chain of runs, the last first

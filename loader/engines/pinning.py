@@ -14,12 +14,14 @@ Invariants:
 - `mine` is set once (by the create activity, or given: a cold resume, a run continued as new) and
   never changes: a session's log is in exactly one home;
 - `children[child]` is the home queue a child's result (or its `homed` signal, to the root) named;
-  carried across continue-as-new, so a cold resume after it still finds the child's home;
+  carried across continue-as-new for the resident children (a settled one's home is found again by
+  its resume checks, each known home in turn);
 - `tree` (the root) holds every home queue a session of the tree reported, in the order learnt: the
   server stream reads a page on each (stream.py). A child tells the root only of a home its parent
   did not know (`TreeInput.known_homes`), so a tree on one home sends no signal for it.
 - `heard[child]` is the homes a child's last run knew (its result); its next epoch starts knowing
-  them, so a parent in a later epoch finds the logs of its earlier epochs' children;
+  them, so a parent in a later epoch finds the logs of its earlier epochs' children (`heard_any`,
+  all of them together, for a child settled before this run continued as new);
 - `claimed`: the create activity ran for this session, in this run or an earlier one (its answer
   may be None: workers without a home). A claimed session runs it never again: a continued run is
   told (`TreeInput.claimed`), and so is a child's later epoch (`homeless`: the children whose
@@ -70,6 +72,7 @@ class Homes:
         self.tree: list[str] = list(carried.tree_homes)
         self.known: list[str] = list(input.known_homes)
         self.heard: dict[str, list[str]] = {k: list(v) for k, v in carried.heard_homes.items()}
+        self.heard_any: list[str] = list(carried.heard_any)  # the children's not carried one by one
         if self.mine is not None:
             self.note(self.mine)
 
@@ -110,10 +113,14 @@ class Homes:
 
     def known_for(self, child_id: str, epoch: int) -> list[str]:
         """The `known_homes` of a child's run: this run's, and for a later epoch the homes its last
-        run knew, so its resume checks find the children of its earlier epochs (CHILD_HOMES_PATCH)."""
+        run knew, so its resume checks find the children of its earlier epochs (CHILD_HOMES_PATCH).
+        A child settled before this run continued as new: the homes any such child's last run knew
+        (a superset: its checks may ask a home more). A run recorded before `heard_any` has none,
+        so it asks the patch exactly where it did."""
         known = list(self.known)
-        if epoch > 1 and child_id in self.heard and workflow.patched(CHILD_HOMES_PATCH):
-            known += [q for q in self.heard[child_id] if q not in known]
+        heard = self.heard.get(child_id, self.heard_any)
+        if epoch > 1 and heard and workflow.patched(CHILD_HOMES_PATCH):
+            known += [q for q in heard if q not in known]
         return known
 
     def queue(self) -> str | None:
@@ -137,12 +144,18 @@ class Homes:
         return list(self.known) if self.enabled and self.known else [None]
 
     def carry(self, resident: Container[str]) -> dict[str, Any]:
-        """The `Carried` fields of the table. `homeless` only for the `resident` children: it grew
-        by a child id for every child ever settled (workers without a home), and a later cold
-        resume learns it again from its resume check before it starts the child (`learn`), whose
-        `checks` go to the shared queue anyway when no home is known."""
-        return {"homes": dict(self.children), "tree_homes": list(self.tree),
-                "heard_homes": {k: list(v) for k, v in self.heard.items()},
+        """The `Carried` fields of the table, bounded by the `resident` children and the homes
+        (README "Large payloads"): each map grew by an entry for every child ever settled. A later
+        cold resume of a settled child learns its home and claim again from its resume check before
+        it starts the child (`learn`): `checks` asks each known home in turn (`known` holds every
+        home a child reported), or the shared queue when none is known (workers without a home).
+        What its last run knew goes into `heard_any`, one list for all."""
+        heard_any = list(self.heard_any)
+        for child_id, queues in self.heard.items():
+            if child_id not in resident:
+                heard_any += [q for q in queues if q not in heard_any]
+        return {"homes": {c: q for c, q in self.children.items() if c in resident}, "tree_homes": list(self.tree),
+                "heard_homes": {c: list(v) for c, v in self.heard.items() if c in resident}, "heard_any": heard_any,
                 "homeless": sorted(c for c in self.homeless if c in resident)}
 
     def claimed_child(self, child_id: str) -> bool:

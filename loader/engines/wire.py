@@ -192,7 +192,8 @@ class Carried:
     quiet: int = 0  # the first `quiet` deliveries wake no one (a turn that failed for good had them)
     homes: dict[str, str] = field(default_factory=dict)  # child -> the home queue holding its log
     tree_homes: list[str] = field(default_factory=list)  # the root: every home queue of the tree
-    heard_homes: dict[str, list[str]] = field(default_factory=dict)  # child -> the homes its last run knew
+    heard_homes: dict[str, list[str]] = field(default_factory=dict)  # resident child -> the homes its last run knew
+    heard_any: list[str] = field(default_factory=list)  # what settled children's last runs knew, together
     epochs: dict[str, int] = field(default_factory=dict)  # resident child -> the epoch its run is (WATCH_PATCH)
     homeless: list[str] = field(default_factory=list)  # children claimed with no home queue (CLAIM_KEPT_PATCH)
     parent_moved: bool = False  # a child: the parent's run that started this epoch is gone (QUIET_SETTLE_PATCH)
