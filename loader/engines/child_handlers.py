@@ -48,9 +48,10 @@ class ChildHandlers(RootHandlers):
 
     @workflow.query
     def running_children(self) -> int:
-        """This run's children running now (started, not closed): what a turn near
-        `temporal.maxRunningChildren` asks before it admits another `subagent`."""
-        return self._residents.running
+        """The agent's children running now (this run's started and not closed, and the resident
+        ones an earlier run started): what a turn near `temporal.maxRunningChildren` asks before
+        it admits another `subagent`."""
+        return self._residents.open()
 
     async def _start(self, child_id: str, descriptor: dict[str, Any], first: Delivery, depth: int, epoch: int,
                      header: dict[str, Any] | None = None) -> bool:

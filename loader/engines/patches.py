@@ -6,7 +6,8 @@ A name is what history records; never rename one."""
 from __future__ import annotations
 
 __all__ = ["CANCEL_PATCH", "FAILED_TURN_PATCH", "HANDOVER_PATCH", "ORPHANS_PATCH", "PAGED_PATCH", "ROOT_CANCEL_PATCH",
-           "QUIET_SETTLE_PATCH", "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "TURN_RUN_PATCH", "WATCH_PATCH"]
+           "QUIET_SETTLE_PATCH", "RESIDENT_LIMIT_PATCH", "ROOT_DRAIN_PATCH", "RUNNING_LIMIT_PATCH", "TURN_RUN_PATCH",
+           "WATCH_PATCH"]
 
 # Any agent's run may continue as new with children resident (issue 12 "Not yet" item 3):
 # children start ABANDON and signal their result to the parent's current run. Runs recorded
@@ -50,6 +51,11 @@ WATCH_PATCH = "handleless-children-watched"
 # default) was refused by the server at every retry of the workflow task: the run stalled for good.
 # Taken only at the limit, so a run below it records no marker.
 RUNNING_LIMIT_PATCH = "running-children-limited"
+# The limit counts the resident children an earlier run of the agent started too (carried, no
+# handle here: `Residents.carried_open`), not only this run's: the server's pending-children limit
+# is per run, so before it an agent could run the limit again in each run it continued as, and
+# carry a ref of each (README "Large payloads"). Taken only at that limit, as the one above.
+RESIDENT_LIMIT_PATCH = "resident-children-limited"
 # A child signals its notice (`settled`) only when the run that started it is gone: its parent, as
 # it continues as new, tells each resident child it holds a handle to (signal `parent_moved`; one
 # whose run already closed is awaited instead, its result coming to this run), and a released

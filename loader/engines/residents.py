@@ -31,7 +31,9 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 from temporalio.workflow import ParentClosePolicy
 
 from dsh.loader.engines.calls import await_closed, chain, first_closed, settle_failed
-from dsh.loader.engines.patches import ORPHANS_PATCH, QUIET_SETTLE_PATCH, RUNNING_LIMIT_PATCH, WATCH_PATCH
+from dsh.loader.engines.patches import (
+    ORPHANS_PATCH, QUIET_SETTLE_PATCH, RESIDENT_LIMIT_PATCH, RUNNING_LIMIT_PATCH, WATCH_PATCH,
+)
 from dsh.loader.engines.pinning import Homes
 from dsh.loader.engines.queue import DeliveryQueue
 from dsh.loader.engines.wire import (
@@ -61,6 +63,9 @@ class Residents:
         self.heard: set[str] = set()  # children whose notice entered this run
         self.settling = False  # the watcher settles a child now: the run does not continue as new
         self.running = 0  # this run's child runs started and not closed (`temporal.maxRunningChildren`)
+        # Resident children an earlier run started (no handle here; RESIDENT_LIMIT_PATCH): they run
+        # too, and each is carried on while it does.
+        self.carried_open = len(self.tasks)
         # Pending children of this run that are not agents: its turn in a workflow of its own
         # (mid_turn.py), which the server's pending-children limit counts as well.
         self.reserved = 0
@@ -83,6 +88,10 @@ class Residents:
             self._refs[child_id] = ChildRef(child_id=child_id, descriptor=descriptor, header=header)
         self.tasks[child_id] = task
         self.told.discard(child_id)  # a new epoch's run knows nothing of this run's moves
+
+    def open(self) -> int:
+        """The agent's child runs open now: this run's, and the resident ones an earlier run started."""
+        return self.running + self.carried_open
 
     def delivered(self, child_id: str) -> None:
         """A follow-up reached the child's residency."""
@@ -111,7 +120,8 @@ class Residents:
         self.stalled.pop(child_id, None)
         self.sent.pop(child_id, None)
         self.epochs.pop(child_id, None)
-        self.tasks.pop(child_id, None)
+        if child_id in self.tasks and self.tasks.pop(child_id) is None:
+            self.carried_open -= 1
 
     def stalled_below(self) -> bool:
         """Every resident child reported itself stalled."""
@@ -179,6 +189,8 @@ class Residents:
         run = me.run
         # --- admit begin: the limit checked and the start counted, no await between ---
         if self.running + self.reserved >= run.max_running_children and workflow.patched(RUNNING_LIMIT_PATCH):
+            return False
+        if self.open() + self.reserved >= run.max_running_children and workflow.patched(RESIDENT_LIMIT_PATCH):
             return False
         self.running += 1
         # --- admit end ---

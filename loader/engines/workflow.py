@@ -163,7 +163,7 @@ class AgentWorkflow(ChildHandlers):
             first = self._queue.page(offset) if self._s.paged else self._queue.after(offset)
             spec = TurnInput(
                 agent=self._input, deliveries=first, offset=offset, seq=self._s.turn_seq, parked=list(self._s.parked),
-                children=self._residents.resident_refs(), running=self._residents.running, release=release,
+                children=self._residents.resident_refs(), running=self._residents.open(), release=release,
                 more=len(self._queue) - offset - len(first),
                 children_elsewhere=self._homes.queue() is not None)
             if self._by_run():

@@ -55,6 +55,8 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "cancelled-root-idle.0.json", "cancelled-root-mid-turn.0.json",
             # a start past temporal.maxRunningChildren refused by the root's run (test_running_limit.py)
             "running-limit.0.json",
+            # ... counting the children an earlier run started (RESIDENT_LIMIT_PATCH)
+            "running-limit-carried.1.json",
             # every child signalled its notice (`settled`) before QUIET_SETTLE_PATCH; since, only
             # a child told `parent_moved` (continued-as-new.3) does, and the others return it
             "v6-background-settlement.1.json", "v6-continued-as-new.0.json", "v6-continued-as-new.3.json",

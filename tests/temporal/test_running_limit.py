@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from temporal_kit import backstopped, dev_server, replays_and_kept
+from temporal_kit import backstopped, dev_server, replays_and_kept, run_histories
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -146,3 +146,70 @@ async def test_the_workflow_refuses_a_start_past_the_running_limit_with_no_comma
     assert len(result.subagents) == 1  # w1 alone
     # The root's run, its refusal (the patch marker) included, replays and is kept for the Replayer.
     await replays_and_kept(limited, result.root_session_id, "running-limit.0.json")
+
+
+def carried_transcript(tmp_path: Path) -> Path:
+    """The root starts w1 and continues as new after each turn (`continueAsNewAfter: 1`); w1's
+    report wakes the root's second turn, in a later run that holds no handle to w1, which asks for
+    w2; w1 finishes only once that turn ended."""
+    path = tmp_path / "carried.json"
+    path.write_text(json.dumps({
+        "version": 1, "name": "running-limit-carried", "task": "Start workers.",
+        "fences": [{"hold": {"agent": "w1", "turn": 1, "step": 1, "until": {"turnEnded": {"agent": "root", "turn": 1}}}},
+                   {"hold": {"agent": "w1", "turn": 1, "step": 2, "until": {"turnEnded": {"agent": "root", "turn": 2}}}}],
+        "agents": {
+            "root": {"replies": [
+                {"toolCalls": [{"id": "c1", "name": "subagent", "arguments": {"label": "w1", "prompt": "Report, then finish."}}]},
+                {"text": "STARTED"},
+                {"toolCalls": [{"id": "c2", "name": "subagent", "arguments": {"label": "w2", "prompt": "Reply."}}]},
+                {"text": "ASKED"},
+                {"text": "DONE"}]},
+            "w1": {"spawnedBy": "c1", "replies": [
+                {"toolCalls": [{"id": "r1", "name": "report", "arguments": {"output": "HALF"}}]},
+                {"text": "W1_DONE"}]}}}))
+    return path
+
+
+async def test_a_child_an_earlier_run_started_counts_against_the_running_limit(
+    limited: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's pending-children limit is per run: a run continued as new holds none of the
+    children its earlier runs started, so it could start the limit again, and carry a ref of
+    each (RESIDENT_LIMIT_PATCH). w1, resident and running, started by the root's first run,
+    counts in the second: the turn's `subagent` for w2 is refused, and so is a start asked of the
+    workflow itself (as a parallel cold resume would) before that turn runs."""
+    home = tmp_path / "home"
+    answers: dict[str, Any] = {}
+    real = worker.run_turn
+
+    async def gated(spec: TurnInput, *args: Any, **kwargs: Any) -> TurnResult:
+        if spec.agent.parent_id is None and spec.running and not answers:  # the root's turn with w1 carried
+            handle = limited.get_workflow_handle(spec.agent.run.root_id)
+            answers["running"] = await handle.query("running_children", result_type=int)
+            extra = StartChild(child_id=f"session-{uuid.uuid4()}", descriptor={"mode": "continuable"},
+                               prompt={"role": "user", "content": "x", "id": "m-extra"}, depth=1)
+            answers["refused"] = await asyncio.wait_for(
+                handle.execute_update("start_children", [extra], result_type=list), BACKSTOP)
+            answers["extra"] = extra.child_id
+        return await real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "run_turn", gated)
+    plan = plan_flow(carried_transcript(tmp_path))
+    config: Config = plan.config.model_copy(update={"temporal": plan.config.temporal.model_copy(update={
+        "max_running_children": SERVER_LIMIT, "turn_workflows": "root", "continue_as_new_after": 1})})
+    queue = f"dsh-limit-{uuid.uuid4().hex[:8]}"
+    request = RunRequest(home=home, config=backstopped(config), transcript=plan.script, fences_allowed=True)
+    async with worker.make_worker(limited, queue):
+        result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=limited),
+                                        BACKSTOP)
+    assert (result.stop_reason, result.output, result.violations) == ("completed", "DONE", [])
+    assert answers["running"] == 1 and answers["refused"] == [answers["extra"]]
+    refusal = {"code": "RUNNING_LIMIT", "message": render("T-ENGINE-RUNNING-LIMIT", limit=RUNNING)}
+    assert tool_errors(home, result.root_session_id) == [refusal]  # c2
+    assert [s["label"] for s in result.subagents] == ["w1"]
+    # The run that refused (its patch marker) replays and is kept for the Replayer.
+    root = result.root_session_id
+    runs = await run_histories(limited, root)
+    ids = [r.events[0].workflow_execution_started_event_attributes.continued_execution_run_id for r in runs[1:]]
+    [k] = [k for k, r in enumerate(runs) if "resident-children-limited" in str(r.events)]
+    await replays_and_kept(limited, root, "running-limit-carried.1.json", run_id=ids[k])
