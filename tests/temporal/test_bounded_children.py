@@ -19,10 +19,11 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from temporal_kit import backstopped, client, run_histories, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import backstopped, client, run_histories, run_temporal, settlement_facts  # noqa: F401  (client: the module's dev-server fixture)
 from test_homes import queues_of, run_ids
 from temporalio.client import Client
 
@@ -64,18 +65,19 @@ SCRIPT = {
 }
 
 
-def plan(tmp_path: Path) -> FlowPlan:
-    path = tmp_path / "bounded-children.yaml"
-    path.write_text(yaml.safe_dump(SCRIPT, sort_keys=False))
+def plan(tmp_path: Path, spec: dict[str, Any], **temporal: Any) -> FlowPlan:
+    """`spec` as a flow plan, its `temporal.*` keys updated by `temporal`."""
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     base = plan_flow(str(path))
-    temporal = base.config.temporal.model_copy(update={"continue_as_new_after": 1})
-    return FlowPlan(script=base.script, config=backstopped(base.config.model_copy(update={"temporal": temporal})))
+    config = base.config.model_copy(update={"temporal": base.config.temporal.model_copy(update=temporal)})
+    return FlowPlan(script=base.script, config=backstopped(config))
 
 
 async def test_a_run_carries_only_its_resident_children_and_every_child_is_still_bound_and_listed(
     client: Client, tmp_path: Path
 ) -> None:
-    flow_plan = plan(tmp_path)
+    flow_plan = plan(tmp_path, SCRIPT, continue_as_new_after=1)
     local = await arun_flow(flow_plan, home=tmp_path / "local")
     home = tmp_path / "temporal"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
@@ -149,19 +151,11 @@ async def test_a_child_binds_in_its_second_epoch_a_child_it_spawned_in_its_first
     """mid's second epoch is a new workflow run that never started leaf: `{{child:l}}` binds from
     mid's log, and the flow is the local engine's. Before, only the children the current run started
     were bound, and the send failed unresolved."""
-    path = tmp_path / "earlier-epoch-child.yaml"
-    path.write_text(yaml.safe_dump(EARLIER_EPOCH, sort_keys=False))
-    base = plan_flow(str(path))
-    flow_plan = FlowPlan(script=base.script, config=backstopped(base.config))
+    flow_plan = plan(tmp_path, EARLIER_EPOCH)
     local = await arun_flow(flow_plan, home=tmp_path / "local")
-    home = tmp_path / "temporal"
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    request = RunRequest(home=home, config=flow_plan.config, transcript=flow_plan.script, fences_allowed=True)
-    async with make_worker(client, queue):
-        result = await asyncio.wait_for(run_tree_temporal(request, TemporalConfig(task_queue=queue), client=client),
-                                        BACKSTOP)
-    assert (result.output, result.violations) == ("DONE", [])
-    flow = Flow(normalize(project(home, result.root_session_id, result, result.violations, flow_plan.script.spec.name)))
+    run = await asyncio.wait_for(run_temporal(client, flow_plan, tmp_path / "temporal"), BACKSTOP)
+    assert (run.result.output, run.result.violations) == ("DONE", [])
+    flow = run.flow
     facts = settlement_facts(flow)
     assert facts == settlement_facts(local)
     assert flow == local

@@ -23,12 +23,12 @@ from killable_worker import KillableWorker
 from temporal_kit import client, run_histories, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_homes import BACKSTOP, run_ids, run_tree_temporal, sessions_in
-from test_homes_gaps import epochs_in, own_client, request_for
+from test_homes_gaps import epochs_in, own_client, placed_on_b, request_for
 
 from dsh.loader.engines import worker as worker_module
 from dsh.loader.engines.homes import home_id, home_queue
-from dsh.loader.engines.wire import TreeInput, agent_workflow_id
-from dsh.loader.engines.worker import TurnActivities, make_worker
+from dsh.loader.engines.wire import agent_workflow_id
+from dsh.loader.engines.worker import make_worker
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.testing.runner import plan_flow
 
@@ -89,17 +89,8 @@ async def test_a_settled_childs_home_is_not_carried_and_its_next_epoch_still_fin
     on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
     ids: dict[str, str] = {}
     mid_known = asyncio.Event()
-
-    class Placed(TurnActivities):
-        def claim(self, agent: TreeInput) -> str | None:
-            call = (agent.descriptor or {}).get("spawnCallId")
-            ids[str(call)] = agent.session_id
-            if call == "m":
-                mid_known.set()
-            return on_b if call == "l" else on_a
-
     monkeypatch.setattr(worker_module, "Worker", KillableWorker)
-    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    placed_on_b(monkeypatch, on_a, on_b, ids, {"m": mid_known})
     base = plan_flow(write_transcript(tmp_path, KEPT))
     temporal = base.config.temporal.model_copy(update={"continue_as_new_after": 1})
     plan = type(base)(script=base.script, config=base.config.model_copy(update={"temporal": temporal}))

@@ -154,6 +154,23 @@ async def epoch_running(client: Client, workflow_id: str, epoch: int) -> None:
         await asyncio.sleep(0.1)  # polling a server state, not an ordering: the run exists or not
 
 
+def placed_on_b(monkeypatch: pytest.MonkeyPatch, on_a: str, on_b: str, ids: dict[str, str],
+                heard: dict[str, asyncio.Event]) -> None:
+    """The homes' spread made certain: the log of the session the `l` call spawns (leaf) on b,
+    every other on a (the claim writes nothing, so any worker may name either queue). `ids` maps
+    each spawn call id ("None": the root) to its session; `heard[call]` is set once it is claimed."""
+
+    class Placed(TurnActivities):
+        def claim(self, agent: TreeInput) -> str | None:
+            call = str((agent.descriptor or {}).get("spawnCallId"))
+            ids[call] = agent.session_id
+            if call in heard:
+                heard[call].set()
+            return on_b if call == "l" else on_a
+
+    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+
+
 async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a_home_only_that_epoch_knew(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,19 +179,7 @@ async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a
     on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
     ids: dict[str, str] = {}
     leaf_known = asyncio.Event()
-
-    class Placed(TurnActivities):
-        """The homes' spread made certain: leaf's log on b, every other on a (the claim writes
-        nothing, so any worker may name either queue)."""
-
-        def claim(self, agent: TreeInput) -> str | None:
-            call = (agent.descriptor or {}).get("spawnCallId")
-            ids[str(call)] = agent.session_id
-            if call == "l":
-                leaf_known.set()
-            return on_b if call == "l" else on_a
-
-    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    placed_on_b(monkeypatch, on_a, on_b, ids, {"l": leaf_known})
     plan = plan_flow(write_transcript(tmp_path, NESTED))
     records: list[dict[str, Any]] = []
     async with make_worker(await own_client(client), queue, home=a), make_worker(await own_client(client), queue, home=b):
@@ -267,12 +272,7 @@ async def leaf_on_b(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     a, b = tmp_path / "a", tmp_path / "b"
     queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
     on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
-
-    class Placed(TurnActivities):
-        def claim(self, agent: TreeInput) -> str | None:
-            return on_b if (agent.descriptor or {}).get("spawnCallId") == "l" else on_a
-
-    monkeypatch.setattr(worker_module, "TurnActivities", Placed)
+    placed_on_b(monkeypatch, on_a, on_b, {}, {})
     plan = plan_flow(write_transcript(tmp_path, spec))
     await arun_flow(plan, home=tmp_path / "local")
     records: list[dict[str, Any]] = []

@@ -89,6 +89,18 @@ def tool_errors(home: Path, session_id: str) -> list[dict[str, Any]]:
             if e["type"] == "tool/result" and "error" in e["data"]]
 
 
+async def ask_one_more(client: Client, root_id: str) -> dict[str, Any]:
+    """Ask the root's run itself to start one more child, as a parallel cold resume from elsewhere
+    would: how many it said ran before and after, the ids it refused, and the one asked for."""
+    handle = client.get_workflow_handle(root_id)
+    running = await handle.query("running_children", result_type=int)
+    extra = StartChild(child_id=f"session-{uuid.uuid4()}", descriptor={"mode": "continuable"},
+                       prompt={"role": "user", "content": "x", "id": "m-extra"}, depth=1)
+    refused = await asyncio.wait_for(handle.execute_update("start_children", [extra], result_type=list), BACKSTOP)
+    return {"running": running, "refused": refused, "extra": extra.child_id,
+            "running_after": await handle.query("running_children", result_type=int)}
+
+
 async def test_a_subagent_past_the_running_limit_is_refused_before_it_is_charged_or_written(
     limited: Client, tmp_path: Path
 ) -> None:
@@ -121,18 +133,8 @@ async def test_the_workflow_refuses_a_start_past_the_running_limit_with_no_comma
 
     async def gated(spec: TurnInput, *args: Any, **kwargs: Any) -> TurnResult:
         if spec.agent.parent_id is not None:  # w1's turn, before it runs: w1 is running
-            await ask_one_more(spec.agent.run.root_id)
+            answers.update(await ask_one_more(limited, spec.agent.run.root_id))
         return await real(spec, *args, **kwargs)
-
-    async def ask_one_more(root_id: str) -> None:
-        handle = limited.get_workflow_handle(root_id)
-        answers["running"] = await handle.query("running_children", result_type=int)
-        extra = StartChild(child_id=f"session-{uuid.uuid4()}", descriptor={"mode": "continuable"},
-                           prompt={"role": "user", "content": "x", "id": "m-extra"}, depth=1)
-        answers["refused"] = await asyncio.wait_for(
-            handle.execute_update("start_children", [extra], result_type=list), BACKSTOP)
-        answers["extra"] = extra.child_id
-        answers["running_after"] = await handle.query("running_children", result_type=int)
 
     monkeypatch.setattr(worker, "run_turn", gated)
     result = await run(limited, transcript(tmp_path, spawns=1), home)
@@ -184,13 +186,7 @@ async def test_a_child_an_earlier_run_started_counts_against_the_running_limit(
 
     async def gated(spec: TurnInput, *args: Any, **kwargs: Any) -> TurnResult:
         if spec.agent.parent_id is None and spec.running and not answers:  # the root's turn with w1 carried
-            handle = limited.get_workflow_handle(spec.agent.run.root_id)
-            answers["running"] = await handle.query("running_children", result_type=int)
-            extra = StartChild(child_id=f"session-{uuid.uuid4()}", descriptor={"mode": "continuable"},
-                               prompt={"role": "user", "content": "x", "id": "m-extra"}, depth=1)
-            answers["refused"] = await asyncio.wait_for(
-                handle.execute_update("start_children", [extra], result_type=list), BACKSTOP)
-            answers["extra"] = extra.child_id
+            answers.update(await ask_one_more(limited, spec.agent.run.root_id))
         return await real(spec, *args, **kwargs)
 
     monkeypatch.setattr(worker, "run_turn", gated)
