@@ -77,6 +77,7 @@ SubagentCode = Literal[
     "ENGINE_UNSUPPORTED",  # a tool the Temporal engine does not run yet (issue 12, first slice)
     "ENGINE_RUN_FAILED",  # a child's workflow run failed; its notice says so (engines/settle.py)
     "RUNNING_LIMIT",  # an agent already runs temporal.maxRunningChildren children (engines/backends.py)
+    "MESSAGE_TOO_LARGE",  # a prompt or message past what a Temporal payload carries (engines/refusals.py)
 ]
 TranscriptCode = Literal["TRANSCRIPT_INVALID"]
 ConfigCode = Literal["CONFIG_INVALID", "USAGE", "FENCES_REFUSED", "MISSING_API_KEY", "RESUME_NOT_ROOT",

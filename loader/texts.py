@@ -154,6 +154,7 @@ TEXTS: dict[str, str] = {
     "T-ENGINE-RUNNING-LIMIT": "{limit} children of this agent are running, the most one agent runs at once on Temporal (temporal.maxRunningChildren); wait for a notice, then try again",
     "T-ENGINE-NOTICE-TOO-LARGE": "[the last reply of {id} is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-RUN-FAILED": "its Temporal run failed (its log shows how far it got: dsh sessions show {id}): {detail}",
+    "T-ENGINE-MESSAGE-TOO-LARGE": "{what} is {size} bytes, more than the Temporal engine carries in a message ({limit} bytes); shorten it, or pass a file's path to read instead",
     "T-ENGINE-REPORT-TOO-LARGE": "[this report is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
     "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",

@@ -242,6 +242,7 @@ ISSUE_12_TEXTS = {
     "T-ENGINE-NOTICE-TOO-LARGE": "[the last reply of {id} is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
     "T-ENGINE-RUN-FAILED": "its Temporal run failed (its log shows how far it got: dsh sessions show {id}): {detail}",
     "T-ENGINE-REPORT-TOO-LARGE": "[this report is {size} bytes, more than a Temporal payload carries; read it in the child's log: dsh sessions show {id}]",
+    "T-ENGINE-MESSAGE-TOO-LARGE": "{what} is {size} bytes, more than the Temporal engine carries in a message ({limit} bytes); shorten it, or pass a file's path to read instead",
     "T-ENGINE-NOT-INSTALLED": "engine temporal needs the temporal extra: pip install 'dsh[temporal]'",
     "T-ENGINE-UNREACHABLE": "no Temporal server at {address} (namespace {namespace}): {detail}",
     "T-ENGINE-NO-PAGES": "no worker of task queue {queue} read the logs of {root} within {seconds} s; start one (dsh worker) or read the home alone: --engine local",

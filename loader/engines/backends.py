@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, cast
 
 from dsh.loader.abort import AbortSignal
 from dsh.loader.agent import Agent, Message, user_message
+from dsh.loader.engines.refusals import MESSAGE_LIMIT, oversize
 from dsh.loader.engines.settle import NOTICE_LIMIT, bounded_report
 from dsh.loader.engines.wire import (
     Answer,
@@ -76,6 +77,13 @@ def raise_refusal(answer: Answer, **values: object) -> None:
         raise SubagentError(cast(SubagentCode, answer.code), render(answer.text, **values))
 
 
+def too_large(message: Message, what: str) -> None:
+    """MESSAGE_TOO_LARGE for a message no payload carries (refusals.MESSAGE_LIMIT), nothing sent."""
+    if (size := oversize(dict(message))) is not None:
+        raise SubagentError("MESSAGE_TOO_LARGE", render("T-ENGINE-MESSAGE-TOO-LARGE", what=what, size=size,
+                                                        limit=MESSAGE_LIMIT))
+
+
 class RunningRoom:
     """How many more children a turn may start before it asks its workflow how many run
     (`temporal.maxRunningChildren`; loader/engines/README.md "Scale"). Only the turn's own starts
@@ -130,9 +138,11 @@ class WorkflowDelegation:
         # from the header made here; `listed` lists it meanwhile. None: written here, as before.
         self.listed = listed
 
-    async def admit(self, parent: Agent) -> None:
-        """Refuse a `subagent` past `temporal.maxRunningChildren` before anything is charged or
-        written: past the server's pending-children limit its start command would stall the run."""
+    async def admit(self, parent: Agent, prompt: str) -> None:
+        """Refuse a `subagent` whose prompt no payload carries, or past `temporal.maxRunningChildren`,
+        before anything is charged or written: the server would refuse the start, and past its
+        pending-children limit the start command would stall the run."""
+        too_large(user_message(prompt, {"kind": "user"}), "the prompt")
         if not await self.room.admit(self.link.running_children):
             raise SubagentError("RUNNING_LIMIT", render("T-ENGINE-RUNNING-LIMIT", limit=self.room.limit))
 
@@ -185,6 +195,7 @@ class WorkflowDelegation:
         cold-resumes a settled one; a refusal carries the manager's code and text."""
         signal.throw_if_aborted()
         message = user_message(content, source)
+        too_large(message, "the message")
         self.room.resuming()
         answer = await self.link.message_child(MessageChild(child_id=child_id, message=plain(message)))
         raise_refusal(answer, id=child_id, root=self.root_id, limit=self.room.limit)

@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from dsh.loader.agent import user_message
 from dsh.loader.config import TemporalConfig
+from dsh.loader.engines.refusals import MESSAGE_LIMIT, oversize
 from dsh.loader.engines.wire import Delivery, RunSpec, TreeInput, TreeResult, task_timeout
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.errors import ConfigCode, ConfigError
@@ -119,10 +120,13 @@ async def submit(client: Client, request: RunRequest, task_queue: str, root_id: 
     task = request.task if request.task is not None or script is None else script.task
     if task is None:
         raise ConfigError("a task or a transcript with a task is required", code="USAGE")
+    message = dict(user_message(task, {"kind": "user"}))
+    if (size := oversize(message)) is not None:  # the server would refuse the root's start
+        raise ConfigError(render("T-ENGINE-MESSAGE-TOO-LARGE", what="the task", size=size, limit=MESSAGE_LIMIT),
+                          code="USAGE")
     root_id = root_id or new_root_id()
     spec = run_spec(request, root_id, task_queue, request.config.temporal.heartbeat_timeout_seconds)
-    tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(dict(user_message(task, {"kind": "user"})))],
-                     cwd=os.getcwd())
+    tree = TreeInput(run=spec, session_id=root_id, deliveries=[Delivery(message)], cwd=os.getcwd())
     handle = await client.start_workflow(AgentWorkflow.run, tree, id=root_id, task_queue=task_queue,
                                          task_timeout=task_timeout(spec))
     if request.sinks.on_started is not None:

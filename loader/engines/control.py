@@ -19,12 +19,15 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFail
 from temporalio.service import RPCError, RPCStatusCode
 
 from dsh.loader.agent import user_message
-from dsh.loader.engines.refusals import Backoff, server_limit, workflow_gone
+from dsh.loader.engines.refusals import MESSAGE_LIMIT, Backoff, oversize, server_limit, workflow_gone
 from dsh.loader.engines.started import workflow_children
 from dsh.loader.engines.wire import AgentView, Answer, Interrupt, MessageChild, agent_workflow_id, child_workflow_id
 from dsh.loader.engines.workflow import AgentWorkflow
 from dsh.loader.host.client import NotAChild, UnknownSession
-from dsh.loader.host.protocol import RpcError, delivery_unavailable, not_resumable, unauthorized
+from dsh.loader.host.protocol import (
+    INVALID_REQUEST, RpcError, bad_request, delivery_unavailable, not_resumable, unauthorized,
+)
+from dsh.loader.texts import render
 
 __all__ = ["NotRunning", "admitted", "interrupt_workflow", "locate", "message_workflow", "run_is_live", "run_status",
            "subagent_list", "user_call", "view_of", "workflow_status"]
@@ -235,6 +238,10 @@ async def user_call(client: Client, root_id: str, method: str, params: dict[str,
     if method == "subagent.list":
         return await subagent_list(client, root_id, str(params["parentSessionId"]), str(params.get("scope", "children")))
     parent, child = str(params["parentSessionId"]), str(params["childSessionId"])
+    if method == "subagent.prompt" and (size := oversize(dict(user_message(str(params["message"]), {"kind": "user"})))):
+        # Refused as the socket refuses a line past its limit: first, nothing sent.
+        raise bad_request(INVALID_REQUEST, render("T-ENGINE-MESSAGE-TOO-LARGE", what="the message", size=size,
+                                                  limit=MESSAGE_LIMIT))
     # No live run hosts the tree once its root has closed (the socket's NoLiveRun), whatever its
     # other workflows still do: a child's run signals its notice, then closes, and one left open
     # (its workers gone) would hold an update without an answer.

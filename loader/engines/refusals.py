@@ -1,21 +1,32 @@
-"""What the server's refusal of a call means, and the wait before asking again.
+"""What the server's refusal of a call means, the wait before asking again, and the message too
+large to ask with.
 
 A call to a workflow is refused because the workflow has closed (`workflow_gone`: nothing will
 answer it, so the caller stops) or because the server is at one of its limits (`server_limit`:
 the call never reached the workflow, so asking again later is its first delivery). The retries
 wait with `Backoff`: flow control, never an ordering (a replay's order comes from its fences).
-Runs outside the workflow sandbox.
+A message that goes by value in a payload (a user's task or follow-up, a `subagent` prompt, a
+`send_message`) is refused before it is sent past `MESSAGE_LIMIT` (`oversize`): the server
+refuses a payload over 2 MB ("Blob data size exceeds limit"), and a turn's input carries a message
+whole. Runs outside the workflow sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+from typing import Any
 
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-__all__ = ["Backoff", "server_limit", "workflow_gone"]
+__all__ = ["MESSAGE_LIMIT", "Backoff", "oversize", "server_limit", "workflow_gone"]
+
+# The JSON bytes of one message a payload carries by value: the control socket's line limit
+# (host.protocol.MAX_LINE_BYTES), so `dsh send` refuses the same messages on both engines, and half
+# the server's 2 MB, so a turn's input holding one such message whole stays under it.
+MESSAGE_LIMIT = 1 << 20
 
 
 def workflow_gone(exc: BaseException) -> bool:
@@ -45,3 +56,9 @@ class Backoff:
     async def wait(self) -> None:
         await asyncio.sleep(random.uniform(self.delay / 2, self.delay))  # flow control, not an ordering
         self.delay = min(2 * self.delay, self.cap)
+
+
+def oversize(message: dict[str, Any]) -> int | None:
+    """The message's JSON size when it is over `MESSAGE_LIMIT`, else None."""
+    size = len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+    return size if size > MESSAGE_LIMIT else None

@@ -24,8 +24,9 @@ class Delegation(Protocol):
     engine starts child workflows, delivers and interrupts through them and relays reports,
     loader/engines/README.md). The tools' texts and values are the same either way."""
 
-    async def admit(self, parent: Agent) -> None:
-        """Refuse a background spawn the engine cannot run now (before the budget is charged)."""
+    async def admit(self, parent: Agent, prompt: str) -> None:
+        """Refuse a background spawn the engine cannot run now, or of a prompt it cannot carry
+        (before the budget is charged)."""
         ...
 
     async def start_continuable(
@@ -58,7 +59,7 @@ class LocalDelegation:
     def __init__(self, manager: ContinuationManager) -> None:
         self.manager = manager
 
-    async def admit(self, parent: Agent) -> None:
+    async def admit(self, parent: Agent, prompt: str) -> None:
         return None  # the local manager runs every child it starts
 
     async def start_continuable(
@@ -102,7 +103,7 @@ class SubagentTool:
 
     async def run(self, args: SubagentArgs, exec: ToolExec) -> ToolOutput:
         if args.run_in_background:  # refused here, before anything is charged or created
-            await self.delegation.admit(exec.agent)
+            await self.delegation.admit(exec.agent, args.prompt)
         if self.budget is not None:  # refused here, before the manager creates anything
             await self.budget.charge_child()
         if args.run_in_background:

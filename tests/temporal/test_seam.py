@@ -84,6 +84,15 @@ async def test_dsh_worker_serves_dsh_run_engine_temporal_and_sessions_reads_the_
             assert root_line == f"{result['rootSessionId']} root completed"
             assert "[answer child] continuable completed" in child_line
             assert f"address {result['rootSessionId']}/session-" in child_line
+            # A task no payload carries: one line and the usage exit, no traceback, no workflow started.
+            big = tmp_path / "big-task.json"
+            big.write_text(json.dumps({"version": 1, "name": "big-task", "task": "x" * 3_000_000,
+                                       "agents": {"root": {"replies": [{"text": "OK"}]}}}))
+            refused = await _dsh(["run", "--engine", "temporal", "--transcript", str(big), "--home", str(tmp_path / "big")],
+                                 env, tmp_path)
+            assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+            assert refused.stderr.startswith("dsh: the task is 3000") and refused.stderr.count("\n") == 1, refused.stderr
+            assert not (tmp_path / "big" / "sessions").exists()
         finally:
             worker.send_signal(signal.SIGTERM)
             out, err = worker.communicate(timeout=60)
@@ -125,3 +134,31 @@ async def test_run_flags_of_later_slices_are_refused_not_ignored(tmp_path: Path)
             await submit(None, request, "q")  # type: ignore[arg-type]  # refused before any call
         assert (caught.value.code, caught.value.message) == (
             "USAGE", f"the Temporal engine does not support {flag} yet")
+
+
+async def test_a_task_or_a_users_message_no_payload_carries_is_refused_before_any_call(tmp_path: Path) -> None:
+    """The server refuses a payload over 2 MB ("Blob data size exceeds limit", an internal error
+    before): a task past MESSAGE_LIMIT is a usage error; a `dsh send` message past it is refused as
+    the control socket refuses a line past its limit (the same bound), both before the server is
+    asked anything."""
+    import pytest
+
+    from dsh.loader.engines.client import submit
+    from dsh.loader.engines.control import user_call
+    from dsh.loader.engines.refusals import MESSAGE_LIMIT
+    from dsh.loader.errors import ConfigError
+    from dsh.loader.headless import RunRequest
+    from dsh.loader.host.protocol import MAX_LINE_BYTES, RpcError
+    from dsh.loader.transcripts import load_transcript
+
+    assert MESSAGE_LIMIT == MAX_LINE_BYTES
+    big = "x" * MESSAGE_LIMIT
+    request = RunRequest(home=tmp_path, transcript=load_transcript("hello"), task=big)
+    with pytest.raises(ConfigError) as caught:
+        await submit(None, request, "q")  # type: ignore[arg-type]  # refused before any call
+    assert caught.value.code == "USAGE" and caught.value.message.startswith("the task is ")
+    params = {"parentSessionId": "session-p", "childSessionId": "session-c", "message": big}
+    with pytest.raises(RpcError) as refused:
+        await user_call(None, "session-r", "subagent.prompt", params)  # type: ignore[arg-type]
+    assert (refused.value.code, refused.value.data_code) == (-32600, "bad-request")
+    assert "the message is " in refused.value.message

@@ -10,6 +10,7 @@ cold-resume header checks refuse as the manager does.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import temporal_kit  # noqa: F401  (skips without the temporal extra, fails unde
 
 from dsh.loader.agent import user_message
 from dsh.loader.engines.backends import resume_check
+from dsh.loader.engines.refusals import MESSAGE_LIMIT
 from dsh.loader.engines.turn import run_turn
 from dsh.loader.engines.wire import (
     Answer,
@@ -480,3 +482,27 @@ async def test_a_later_turn_binds_the_children_its_log_shows_it_spawned_with_non
     assert (result.output, result.violations) == ("SENT", [])
     [sent] = link.messages
     assert sent.child_id == child.child_id
+
+
+async def test_a_prompt_or_message_past_what_a_payload_carries_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    """The server refuses a payload over 2 MB: a `subagent` prompt or a `send_message` past
+    MESSAGE_LIMIT is the tool error MESSAGE_TOO_LARGE, and nothing is started, charged or sent (the
+    update carrying it would be refused, and the turn failed on it)."""
+    big = "x" * (MESSAGE_LIMIT + 1)
+    script = tmp_path / "big.json"
+    script.write_text(json.dumps({"version": 1, "name": "big", "task": "Go.", "agents": {"root": {"replies": [
+        {"toolCalls": [{"id": "c0", "name": "subagent", "arguments": {"label": "alpha", "prompt": big}},
+                       {"id": "c1", "name": "send_message", "arguments": {"agent_id": "session-x", "message": big}}]},
+        {"text": "done"}]}}}))
+    spec = root_turn(tmp_path, str(script), "Go.")
+    link = RecordingLink()
+    result = await run_turn(spec, link)
+    assert (result.output, result.violations) == ("done", [])
+    assert link.children == [] and link.messages == [] and link.budget.children == 0
+    errors = [e["data"]["error"] for e in SessionStore(tmp_path).read(spec.agent.session_id).events
+              if e["type"] == "tool/result"]
+    assert [e["code"] for e in errors] == ["MESSAGE_TOO_LARGE", "MESSAGE_TOO_LARGE"]
+    assert errors[0]["message"].startswith("the prompt is ") and errors[1]["message"].startswith("the message is ")
+    assert [p.parent.name for p in (tmp_path / "sessions").glob("*/session.jsonl")] == [spec.agent.session_id]
