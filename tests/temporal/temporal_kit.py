@@ -157,6 +157,13 @@ async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistor
             return histories
 
 
+async def chain_run_ids(client: Client, workflow_id: str, histories: list[WorkflowHistory]) -> list[str]:
+    """The run id of each of `run_histories`' runs: each run's id is in the next one's first event,
+    the last one's is the workflow's latest."""
+    ids = [h.events[0].workflow_execution_started_event_attributes.continued_execution_run_id for h in histories[1:]]
+    return [*ids, (await client.get_workflow_handle(workflow_id).describe()).run_id]
+
+
 async def assert_nothing_running(client: Client, root: str) -> None:
     """No workflow of the tree `root` is left running. The listing is the server's visibility
     store, which a run's close reaches after the close itself (a turn workflow closed just before

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from killable_worker import KillableWorker
-from temporal_kit import client, run_histories, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
+from temporal_kit import chain_run_ids, client, replays_and_kept, run_histories, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_homes import BACKSTOP, run_ids, run_tree_temporal, sessions_in
 from test_homes_gaps import epochs_in, own_client, placed_on_b, request_for
@@ -107,6 +107,12 @@ async def test_a_settled_childs_home_is_not_carried_and_its_next_epoch_still_fin
         par = agent_workflow_id(root, ids["p"])
         par_epochs = await run_ids(client, mid, par)
         second = await client.get_workflow_handle(par, run_id=par_epochs[-1]).fetch_history()
+        # mid's run that started par's second epoch (told `heard_any`) replays, and is kept.
+        [k] = [k for k, h in enumerate(mid_runs) if any(
+            e.child_workflow_execution_started_event_attributes.workflow_execution.run_id == par_epochs[-1]
+            for e in h.events if e.HasField("child_workflow_execution_started_event_attributes"))]
+        run_id = (await chain_run_ids(client, mid, mid_runs))[k]
+        await replays_and_kept(client, mid, "homes-carried.mid.json", run_id=run_id)
     assert (result.output, result.violations) == ("DONE", [])
     assert sessions_in(b) == {ids["l"]}
     assert epochs_in(a, ids["p"]) == [1, 2] and epochs_in(b, ids["l"]) == [1, 2]  # leaf resumed on b

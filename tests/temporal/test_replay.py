@@ -57,6 +57,8 @@ def test_histories_are_committed_for_the_root_and_child_runs() -> None:
             "running-limit.0.json",
             # ... counting the children an earlier run started (RESIDENT_LIMIT_PATCH)
             "running-limit-carried.1.json",
+            # a parent's later run telling a settled child's next epoch `heard_any` (test_homes_carried.py)
+            "homes-carried.mid.json",
             # every child signalled its notice (`settled`) before QUIET_SETTLE_PATCH; since, only
             # a child told `parent_moved` (continued-as-new.3) does, and the others return it
             "v6-background-settlement.1.json", "v6-continued-as-new.0.json", "v6-continued-as-new.3.json",

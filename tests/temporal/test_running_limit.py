@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from temporal_kit import backstopped, dev_server, replays_and_kept, run_histories
+from temporal_kit import backstopped, chain_run_ids, dev_server, replays_and_kept, run_histories
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -206,6 +206,6 @@ async def test_a_child_an_earlier_run_started_counts_against_the_running_limit(
     # The run that refused (its patch marker) replays and is kept for the Replayer.
     root = result.root_session_id
     runs = await run_histories(limited, root)
-    ids = [r.events[0].workflow_execution_started_event_attributes.continued_execution_run_id for r in runs[1:]]
+    ids = await chain_run_ids(limited, root, runs)
     [k] = [k for k, r in enumerate(runs) if "resident-children-limited" in str(r.events)]
     await replays_and_kept(limited, root, "running-limit-carried.1.json", run_id=ids[k])
