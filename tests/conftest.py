@@ -32,16 +32,17 @@ LONG_POLES = (
     "tests/temporal/test_stall.py",  # 13 (its fixture: three stalled runs)
     "tests/temporal/test_homes_sessions.py",  # 19, 19, 6 (a `dsh` process per view)
     "tests/temporal/test_root_continue.py",  # 13, 8
-    "tests/temporal/test_turn_across_runs.py",  # 11, 9, 4
+    "tests/temporal/test_turn_across_runs.py",  # 15, 8, 4
+    "tests/temporal/test_failed_child.py",  # 15, 6, 3
     "tests/temporal/test_failed_root.py",  # 11
     "tests/subagents/test_stateful.py",  # 10
     "tests/temporal/test_quiet_settle.py",  # 8
     "tests/temporal/test_live.py",  # 7, 6, 3, 3
     "tests/temporal/test_homeless_control.py",  # 6
+    "tests/temporal/test_homes_carried.py",  # 6
     "tests/temporal/test_server_stream.py",  # eight of 4-6
     "tests/temporal/test_interrupt_retry.py",  # 6
     "tests/temporal/test_faults.py",  # 6, 2
-    "tests/temporal/test_failed_child.py",  # 6, 3
     "tests/headless/test_kill.py",  # 6
     "tests/temporal/test_homes.py",  # 6, 4, 4, 3
     "tests/temporal/test_homes_gaps.py",  # 6, 5, 4, 3
