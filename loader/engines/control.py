@@ -238,7 +238,8 @@ async def user_call(client: Client, root_id: str, method: str, params: dict[str,
     if method == "subagent.list":
         return await subagent_list(client, root_id, str(params["parentSessionId"]), str(params.get("scope", "children")))
     parent, child = str(params["parentSessionId"]), str(params["childSessionId"])
-    if method == "subagent.prompt" and (size := oversize(dict(user_message(str(params["message"]), {"kind": "user"})))):
+    message = {} if method == "subagent.interrupt" else dict(user_message(str(params["message"]), {"kind": "user"}))
+    if (size := oversize(message)) is not None:
         # Refused as the socket refuses a line past its limit: first, nothing sent.
         raise bad_request(INVALID_REQUEST, render("T-ENGINE-MESSAGE-TOO-LARGE", what="the message", size=size,
                                                   limit=MESSAGE_LIMIT))
@@ -254,7 +255,6 @@ async def user_call(client: Client, root_id: str, method: str, params: dict[str,
         if answer.code is not None:
             raise unauthorized(child)
         return {"accepted": True}
-    message = dict(user_message(str(params["message"]), {"kind": "user"}))
     try:
         answer = await message_workflow(client, root_id, parent, MessageChild(child_id=child, message=message))
     except NotRunning:

@@ -138,8 +138,7 @@ class Residents:
 
     def resident_refs(self) -> list[ChildRef]:
         """The resident children's refs: what a turn and the next run are handed, bounded by what
-        runs at once (an earlier run's residents carried without a ref, by a worker before refs
-        were bounded, have none here; their spawns are in the agent's log)."""
+        runs at once (`temporal.maxRunningChildren`), not by every child ever started."""
         return [ref for c in self.tasks if (ref := self._refs.get(c)) is not None]
 
     def carry(self) -> dict[str, Any]:

@@ -188,7 +188,7 @@ async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a
         root = ids["None"]
         par = agent_workflow_id(root, ids["p"])
         await asyncio.wait_for(epoch_running(client, par, 2), BACKSTOP)
-        answer = await user_call(client, root, "subagent.send",
+        answer = await user_call(client, root, "subagent.prompt",
                                  {"parentSessionId": ids["p"], "childSessionId": ids["l"], "message": "Say L2."})
         assert answer is not None and "messageId" in answer  # not NOT_RESUMABLE
         result = await asyncio.wait_for(task, BACKSTOP)
