@@ -79,7 +79,7 @@ def raise_refusal(answer: Answer, **values: object) -> None:
 
 def too_large(message: Message, what: str) -> None:
     """MESSAGE_TOO_LARGE for a message no payload carries (refusals.MESSAGE_LIMIT), nothing sent."""
-    if (size := oversize(dict(message))) is not None:
+    if (size := oversize(message)) is not None:
         raise SubagentError("MESSAGE_TOO_LARGE", render("T-ENGINE-MESSAGE-TOO-LARGE", what=what, size=size,
                                                         limit=MESSAGE_LIMIT))
 

@@ -21,12 +21,14 @@ from typing import Any
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-__all__ = ["MESSAGE_LIMIT", "Backoff", "oversize", "server_limit", "workflow_gone"]
+from dsh.loader.host.protocol import MAX_LINE_BYTES
 
-# The JSON bytes of one message a payload carries by value: the control socket's line limit
-# (host.protocol.MAX_LINE_BYTES), so `dsh send` refuses the same messages on both engines, and half
-# the server's 2 MB, so a turn's input holding one such message whole stays under it.
-MESSAGE_LIMIT = 1 << 20
+__all__ = ["MESSAGE_LIMIT", "Backoff", "json_bytes", "oversize", "server_limit", "workflow_gone"]
+
+# The JSON bytes of one message a payload carries by value: the control socket's line limit, so
+# `dsh send` refuses the same messages on both engines, and half the server's 2 MB, so a turn's
+# input holding one such message whole stays under it.
+MESSAGE_LIMIT = MAX_LINE_BYTES
 
 
 def workflow_gone(exc: BaseException) -> bool:
@@ -58,7 +60,12 @@ class Backoff:
         self.delay = min(2 * self.delay, self.cap)
 
 
-def oversize(message: dict[str, Any]) -> int | None:
+def json_bytes(value: Any) -> int:
+    """A value's size as a payload carries it: its JSON, UTF-8 encoded."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def oversize(message: Any) -> int | None:
     """The message's JSON size when it is over `MESSAGE_LIMIT`, else None."""
-    size = len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+    size = json_bytes(message)
     return size if size > MESSAGE_LIMIT else None

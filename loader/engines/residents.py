@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -133,8 +134,7 @@ class Residents:
 
     def started(self, start: int = 0, count: int | None = None) -> list[ChildRef]:
         """The children this run knows, in order: the resident ones carried, then its own."""
-        refs = list(self._refs.values())
-        return refs[start:] if count is None else refs[start:start + count]
+        return list(itertools.islice(self._refs.values(), start, None if count is None else start + count))
 
     def resident_refs(self) -> list[ChildRef]:
         """The resident children's refs: what a turn and the next run are handed, bounded by what

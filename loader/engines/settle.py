@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dsh.loader.agent import Inbox, Message, epoch_stop_reason, final_output, fold_consumed_work, run_outcome
+from dsh.loader.engines.refusals import json_bytes
 from dsh.loader.engines.wire import FailedRun, Leftovers, TreeResult
 from dsh.loader.errors import error_chain
 from dsh.loader.session import Session, SessionStore
@@ -52,7 +53,7 @@ def bounded_notice(child_id: str, stop_reason: str, output: list[dict[str, Any]]
     where to read it (T-ENGINE-NOTICE-TOO-LARGE): Temporal refuses a payload over 2 MB, and the
     run carrying it would fail. The log keeps the whole reply."""
     notice = settlement_message(child_id, stop_reason, output, epoch=epoch, detail=detail)
-    size = len(json.dumps(notice, ensure_ascii=False).encode("utf-8"))
+    size = json_bytes(notice)
     if size <= limit:
         return notice
     text = render("T-ENGINE-NOTICE-TOO-LARGE", id=child_id, size=size)
@@ -63,7 +64,7 @@ def bounded_report(message: Message, child_id: str, limit: int) -> Message:
     """A report relayed through workflow payloads: past `limit` bytes of JSON its words are
     replaced by their size and where to read them (T-ENGINE-REPORT-TOO-LARGE); the child's log
     keeps them whole (the `report` call's arguments). The message keeps its id."""
-    size = len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+    size = json_bytes(message)
     if size <= limit:
         return message
     text = render("T-ENGINE-REPORT-TOO-LARGE", id=child_id, size=size)

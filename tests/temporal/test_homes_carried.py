@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,9 @@ from killable_worker import KillableWorker
 from temporal_kit import chain_run_ids, client, replays_and_kept, run_histories, write_transcript  # noqa: F401  (client: the module's dev-server fixture)
 from temporalio.client import Client
 from test_homes import BACKSTOP, run_ids, run_tree_temporal, sessions_in
-from test_homes_gaps import epochs_in, own_client, placed_on_b, request_for
+from test_homes_gaps import epochs_in, homes_ab, own_client, placed_on_b, request_for
 
 from dsh.loader.engines import worker as worker_module
-from dsh.loader.engines.homes import home_id, home_queue
 from dsh.loader.engines.wire import agent_workflow_id
 from dsh.loader.engines.worker import make_worker
 from dsh.loader.engines.workflow import AgentWorkflow
@@ -84,9 +82,7 @@ async def heard_carried(client: Client, workflow_id: str, queue: str) -> None:
 async def test_a_settled_childs_home_is_not_carried_and_its_next_epoch_still_finds_its_own_child(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+    a, b, queue, on_a, on_b = homes_ab(tmp_path)
     ids: dict[str, str] = {}
     mid_known = asyncio.Event()
     monkeypatch.setattr(worker_module, "Worker", KillableWorker)

@@ -154,6 +154,13 @@ async def epoch_running(client: Client, workflow_id: str, epoch: int) -> None:
         await asyncio.sleep(0.1)  # polling a server state, not an ordering: the run exists or not
 
 
+def homes_ab(tmp_path: Path) -> tuple[Path, Path, str, str, str]:
+    """Two homes, `a` and `b`, a task queue of the test's own, and each home's queue."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
+    return a, b, queue, home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+
+
 def placed_on_b(monkeypatch: pytest.MonkeyPatch, on_a: str, on_b: str, ids: dict[str, str],
                 heard: dict[str, asyncio.Event]) -> None:
     """The homes' spread made certain: the log of the session the `l` call spawns (leaf) on b,
@@ -174,9 +181,7 @@ def placed_on_b(monkeypatch: pytest.MonkeyPatch, on_a: str, on_b: str, ids: dict
 async def test_a_later_epoch_parent_cold_resumes_a_child_of_its_first_epoch_on_a_home_only_that_epoch_knew(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+    a, b, queue, on_a, on_b = homes_ab(tmp_path)
     ids: dict[str, str] = {}
     leaf_known = asyncio.Event()
     placed_on_b(monkeypatch, on_a, on_b, ids, {"l": leaf_known})
@@ -269,9 +274,7 @@ def labelled(home: Path, label: str | None) -> str:
 async def leaf_on_b(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> RunResult:
     """`spec` on the local engine (home `local`) and on two homes, `a` and `b`, where only the
     session its `l` call spawns (leaf) is placed on b."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    queue = f"dsh-test-{uuid.uuid4().hex[:8]}"
-    on_a, on_b = home_queue(queue, home_id(a)), home_queue(queue, home_id(b))
+    a, b, queue, on_a, on_b = homes_ab(tmp_path)
     placed_on_b(monkeypatch, on_a, on_b, {}, {})
     plan = plan_flow(write_transcript(tmp_path, spec))
     await arun_flow(plan, home=tmp_path / "local")
